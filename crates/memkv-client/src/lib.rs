@@ -1,0 +1,1 @@
+//! memkv-client
