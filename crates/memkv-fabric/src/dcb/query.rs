@@ -1,0 +1,76 @@
+//! Asks the kernel for a netdev's IEEE DCB configuration over rtnetlink.
+
+use super::select::{DcbDetection, select_lossless_class};
+use super::wire::{DcbReply, encode_ieee_get, parse_dcb_reply};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+use std::io::ErrorKind;
+use std::time::{Duration, Instant};
+
+/// Largest reply accepted; dcbnl replies fit in one page, so this is generous.
+const REPLY_CAPACITY: usize = 64 * 1024;
+/// rtnetlink answers within the send call; this only bounds a misbehaving kernel.
+const REPLY_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Where DCB facts come from: the kernel, or (in tests) a labelled test double.
+pub trait DcbSource {
+    fn detect(&self, netdev: &str) -> DcbDetection;
+}
+
+/// The real source: one RTM_GETDCB / DCB_CMD_IEEE_GET request per call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NetlinkDcb;
+
+impl DcbSource for NetlinkDcb {
+    fn detect(&self, netdev: &str) -> DcbDetection {
+        match query_ieee_dcb(netdev) {
+            Ok(reply) => interpret_reply(netdev, reply),
+            Err(reason) => DcbDetection::Failed { reason },
+        }
+    }
+}
+
+/// Turns a parsed kernel reply into a detection result.
+pub fn interpret_reply(netdev: &str, reply: DcbReply) -> DcbDetection {
+    match reply {
+        DcbReply::Ieee(dcb) => select_lossless_class(&dcb),
+        DcbReply::KernelError(errno) if errno == libc::EOPNOTSUPP || errno == libc::EINVAL => {
+            DcbDetection::NotSupported {
+                netdev: netdev.to_owned(),
+            }
+        }
+        DcbReply::KernelError(errno) if errno == libc::ENODEV => DcbDetection::Failed {
+            reason: format!("no netdev named {netdev}"),
+        },
+        DcbReply::KernelError(errno) => DcbDetection::Failed {
+            reason: std::io::Error::from_raw_os_error(errno).to_string(),
+        },
+    }
+}
+
+/// Sends one DCB_CMD_IEEE_GET for `ifname` and returns the parsed reply.
+pub fn query_ieee_dcb(ifname: &str) -> Result<DcbReply, String> {
+    let request = encode_ieee_get(ifname, 1)?;
+    let io = |what: &str, e: std::io::Error| format!("netlink {what}: {e}");
+    let mut socket = Socket::new(NETLINK_ROUTE).map_err(|e| io("socket", e))?;
+    socket.bind_auto().map_err(|e| io("bind", e))?;
+    socket
+        .connect(&SocketAddr::new(0, 0))
+        .map_err(|e| io("connect", e))?;
+    socket.send(&request, 0).map_err(|e| io("send", e))?;
+    socket
+        .set_non_blocking(true)
+        .map_err(|e| io("set non-blocking", e))?;
+    let deadline = Instant::now() + REPLY_DEADLINE;
+    let mut buf = Vec::with_capacity(REPLY_CAPACITY);
+    loop {
+        match socket.recv(&mut buf, 0) {
+            Ok(_) => break,
+            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(io("recv", e)),
+        }
+    }
+    parse_dcb_reply(&buf).map_err(|e| e.to_string())
+}
