@@ -1,1 +1,3 @@
-//! memkv-server
+//! memkv-server: configuration, admin HTTP API and (from the lead) the data plane.
+
+pub mod config;

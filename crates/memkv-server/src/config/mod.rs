@@ -1,0 +1,252 @@
+//! Server configuration: YAML file (`/etc/memkv/config.yaml` or `memkv start --config PATH`)
+//! or the embedded zero-config default. See `config.example.yaml` in this crate for every key,
+//! its default and the accepted forms.
+//!
+//! This module and its children depend only on serde, serde_norway, thiserror, getrandom and
+//! tracing, so the client and CLI can reuse [`AuthKey`], the key-file helpers and the size
+//! parser without pulling in the server runtime.
+
+mod auth_key;
+mod error;
+mod key_file;
+mod locate;
+mod raw;
+mod sections;
+mod size;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+pub use auth_key::{AUTH_KEY_HEX_LEN, AuthKey, AuthKeyError};
+pub use error::{ConfigError, ConfigErrorKind};
+pub use key_file::{KeyFileError, default_key_file_path, load_or_create_key_file, read_key_file};
+pub use sections::*;
+pub use size::{ACCEPTED_SIZE_FORMS, ByteSize, SizeError, parse_size};
+
+use locate::KeyLines;
+use raw::RawConfig;
+use validate::Checker;
+
+/// Used by `memkv start` when `--config` is not given and this file exists.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/memkv/config.yaml";
+/// `source_name` of the embedded default.
+pub const EMBEDDED_SOURCE: &str = "<embedded default>";
+
+/// Upper bound on a config file; anything larger is a mistake (a device path, a log file).
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// A checked server configuration.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where it came from: the file path, a caller-chosen name, or [`EMBEDDED_SOURCE`].
+    pub source_name: String,
+    pub network: NetworkConfig,
+    pub memory: MemoryConfig,
+    pub storage: StorageConfig,
+    pub rdma: RdmaConfig,
+    pub limits: LimitsConfig,
+    pub logging: LoggingConfig,
+    key_lines: KeyLines,
+}
+
+/// Where the server's auth key came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthKeySource {
+    Config,
+    KeyFile { path: PathBuf, created: bool },
+}
+
+impl ServerConfig {
+    /// Reads and checks a YAML file. Relative paths inside it (TLS files, file-mode drives)
+    /// are taken relative to the file's directory.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let source_name = path.display().to_string();
+        let io_error = |message: String| ConfigError {
+            kind: ConfigErrorKind::Io,
+            source_name: source_name.clone(),
+            line: None,
+            key: None,
+            message,
+        };
+        let metadata =
+            std::fs::metadata(path).map_err(|e| io_error(format!("cannot read: {e}")))?;
+        if metadata.len() > MAX_CONFIG_BYTES {
+            return Err(io_error(format!(
+                "file is {} bytes; a config file is at most {MAX_CONFIG_BYTES}",
+                metadata.len()
+            )));
+        }
+        let text =
+            std::fs::read_to_string(path).map_err(|e| io_error(format!("cannot read: {e}")))?;
+        Self::parse(&text, &source_name, path.parent())
+    }
+
+    /// Checks YAML text. `source_name` only labels errors; relative paths stay relative.
+    pub fn from_yaml_str(text: &str, source_name: &str) -> Result<Self, ConfigError> {
+        Self::parse(text, source_name, None)
+    }
+
+    /// The zero-config default: loopback 127.0.0.1:9900, memory mode with a 1 GiB pool, every
+    /// other key at its documented default.
+    pub fn embedded_default() -> Self {
+        let mut config =
+            Self::from_yaml_str("", EMBEDDED_SOURCE).expect("embedded default is valid");
+        config.network.address.set_ip([127, 0, 0, 1].into());
+        config
+    }
+
+    /// What `memkv start` uses: `explicit` if given, else [`DEFAULT_CONFIG_PATH`] if it
+    /// exists, else the embedded default. Logs which one at INFO.
+    pub fn load_for_start(explicit: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_or_fallback(explicit, Path::new(DEFAULT_CONFIG_PATH))
+    }
+
+    fn load_or_fallback(explicit: Option<&Path>, default_path: &Path) -> Result<Self, ConfigError> {
+        let config = match explicit {
+            Some(path) => Self::load(path)?,
+            None if default_path.exists() => Self::load(default_path)?,
+            None => Self::embedded_default(),
+        };
+        tracing::info!(source = %config.source_name, "server configuration loaded");
+        Ok(config)
+    }
+
+    /// The configured key, or the generated key file's (created on first use).
+    pub fn resolve_auth_key(&self) -> Result<(AuthKey, AuthKeySource), KeyFileError> {
+        if let Some(key) = &self.network.auth_key {
+            return Ok((key.clone(), AuthKeySource::Config));
+        }
+        let path = default_key_file_path();
+        let (key, created) = load_or_create_key_file(&path)?;
+        Ok((key, AuthKeySource::KeyFile { path, created }))
+    }
+
+    /// Refuses settings this build parses but cannot run. Call before starting anything.
+    pub fn ensure_supported_by_build(&self) -> Result<(), ConfigError> {
+        if self.storage.mode == StorageMode::Direct {
+            return Err(self.error_at(
+                ConfigErrorKind::Unsupported,
+                "storage.mode",
+                "storage.mode direct is not supported by this build yet; use file or memory",
+            ));
+        }
+        Ok(())
+    }
+
+    /// An error about `key` of this config, located on the key's line in the source text.
+    /// For start-time checks outside this module (e.g. a drive that cannot be opened).
+    pub fn error_at(
+        &self,
+        kind: ConfigErrorKind,
+        key: &str,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        self.checker(None).error(kind, key, message)
+    }
+
+    fn checker<'a>(&'a self, base_dir: Option<&'a Path>) -> Checker<'a> {
+        Checker {
+            source_name: &self.source_name,
+            lines: &self.key_lines,
+            base_dir,
+        }
+    }
+
+    fn parse(text: &str, source_name: &str, base_dir: Option<&Path>) -> Result<Self, ConfigError> {
+        let key_lines = KeyLines::scan(text);
+        let raw = deserialize_raw(text, source_name, &key_lines)?;
+        let checker = Checker {
+            source_name,
+            lines: &key_lines,
+            base_dir,
+        };
+        let sections = checker.sections(raw)?;
+        Ok(Self {
+            source_name: source_name.to_owned(),
+            network: sections.network,
+            memory: sections.memory,
+            storage: sections.storage,
+            rdma: sections.rdma,
+            limits: sections.limits,
+            logging: sections.logging,
+            key_lines,
+        })
+    }
+}
+
+/// serde_norway with `deny_unknown_fields`, its errors rewritten as `source:line: key: message`.
+fn deserialize_raw(
+    text: &str,
+    source_name: &str,
+    lines: &KeyLines,
+) -> Result<RawConfig, ConfigError> {
+    // An empty file, or one holding only comments, means "all defaults".
+    let value: serde_norway::Value =
+        serde_norway::from_str(text).map_err(|e| serde_error(&e, source_name, lines))?;
+    if value.is_null() {
+        return Ok(RawConfig::default());
+    }
+    serde_norway::from_str(text).map_err(|e| serde_error(&e, source_name, lines))
+}
+
+fn serde_error(error: &serde_norway::Error, source_name: &str, lines: &KeyLines) -> ConfigError {
+    let line = error.location().map(|l| l.line());
+    let mut message = error.to_string();
+    if let Some(location) = error.location() {
+        let suffix = format!(" at line {} column {}", location.line(), location.column());
+        if let Some(stripped) = message.strip_suffix(&suffix) {
+            message = stripped.to_owned();
+        }
+    }
+    let unknown_field = unknown_field_name(&message).map(str::to_owned);
+    let unknown_field = unknown_field.as_deref();
+    let key = match (line.and_then(|l| lines.key_at_line(l)), unknown_field) {
+        // The scanner found the offending key itself on that line.
+        (Some(found), Some(field)) if found.rsplit('.').next() == Some(field) => {
+            Some(found.to_owned())
+        }
+        (Some(found), None) => Some(found.to_owned()),
+        // Flow-style YAML the scanner does not index: rebuild from serde's parent path.
+        (_, Some(field)) => {
+            Some(serde_parent_path(&message).map_or(field.to_owned(), |p| format!("{p}.{field}")))
+        }
+        (None, None) => None,
+    };
+    // serde prefixes its message with the parent path, which the key already shows.
+    if let Some((prefix, rest)) = message.split_once(": ")
+        && !prefix.contains(' ')
+        && key.as_deref().is_some_and(|k| k.starts_with(prefix))
+    {
+        message = rest.to_owned();
+    }
+    let kind = if let Some(field) = unknown_field {
+        let expected = message.split_once("`, ").map_or("", |(_, rest)| rest);
+        message = format!("unknown key `{field}`; {expected}");
+        ConfigErrorKind::UnknownKey
+    } else {
+        ConfigErrorKind::Syntax
+    };
+    ConfigError {
+        kind,
+        source_name: source_name.to_owned(),
+        line,
+        key,
+        message,
+    }
+}
+
+/// `unknown field `adress`, expected ...` -> `adress`.
+fn unknown_field_name(message: &str) -> Option<&str> {
+    let start = message.find("unknown field `")? + "unknown field `".len();
+    let len = message[start..].find('`')?;
+    Some(&message[start..start + len])
+}
+
+/// `network: unknown field ...` -> `network`; `None` at the top level.
+fn serde_parent_path(message: &str) -> Option<&str> {
+    let (prefix, _) = message.split_once(": ")?;
+    (!prefix.contains(' ') && !prefix.is_empty()).then_some(prefix)
+}
+
+#[cfg(test)]
+mod tests;

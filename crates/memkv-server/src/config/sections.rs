@@ -1,0 +1,171 @@
+//! The validated configuration sections and their defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::auth_key::AuthKey;
+use super::size::ByteSize;
+
+pub const DEFAULT_PORT: u16 = 9900;
+pub const DEFAULT_MEMORY_BLOCK_SIZE: ByteSize = ByteSize::mib(2);
+/// `memory.max_size` when not set, in a file and in the embedded default alike.
+pub const DEFAULT_MEMORY_MAX_SIZE: ByteSize = ByteSize::gib(1);
+pub const DEFAULT_STORAGE_BLOCK_SIZE: ByteSize = ByteSize::mib(4);
+pub const DEFAULT_RDMA_DEVICE: &str = "mlx5_0";
+pub const DEFAULT_RDMA_MTU: u32 = 4096;
+pub const RDMA_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
+pub const DEFAULT_NUM_DCIS: u32 = 16;
+pub const MAX_NUM_DCIS: u32 = 1024;
+pub const DEFAULT_MAX_VALUE_SIZE: ByteSize = ByteSize::mib(64);
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
+pub const DEFAULT_INFLIGHT_BYTES: ByteSize = ByteSize::mib(256);
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_RESERVATION_LEASE: Duration = Duration::from_secs(30);
+pub const DEFAULT_PIN_LEASE: Duration = Duration::from_secs(10);
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+
+/// PEM certificate chain and private key for the admin HTTPS listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkConfig {
+    /// Data listener. The admin API listens on the same IP at port + 1 ([`Self::admin_address`]).
+    pub address: SocketAddr,
+    /// `None`: use the generated key file (see `config::key_file`).
+    pub auth_key: Option<AuthKey>,
+    pub tls: Option<TlsFiles>,
+    /// Connections idle this long are closed; zero disables the timeout.
+    pub idle_timeout: Duration,
+}
+
+impl NetworkConfig {
+    /// Same IP, port + 1. Port 0 (an ephemeral data port, used by tests) gives port 0 too.
+    pub fn admin_address(&self) -> SocketAddr {
+        let mut admin = self.address;
+        admin.set_port(match self.address.port() {
+            0 => 0,
+            port => port.saturating_add(1),
+        });
+        admin
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryConfig {
+    pub block_size: ByteSize,
+    pub max_size: ByteSize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StorageMode {
+    Memory,
+    File,
+    /// Raw NVMe. Parsed so MemKV configs load, but this build cannot run it yet.
+    Direct,
+}
+
+impl StorageMode {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::File => "file",
+            Self::Direct => "direct",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvictionPolicy {
+    /// Evict least recently used blocks when full.
+    Lru,
+    /// Refuse writes when full.
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriveConfig {
+    pub media: PathBuf,
+    /// File mode: the capacity to use. `None`: the existing file's size.
+    pub size: Option<ByteSize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageConfig {
+    pub mode: StorageMode,
+    pub block_size: ByteSize,
+    pub drives: Vec<DriveConfig>,
+    pub eviction: EvictionPolicy,
+    /// How long an allocated-but-uncommitted block is held for its writer.
+    pub reservation_lease: Duration,
+    /// How long a looked-up block stays pinned for a one-sided RDMA read.
+    pub pin_lease: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaConfig {
+    /// memkv extension: `false` never opens a verbs device (TCP only).
+    pub enabled: bool,
+    pub device: String,
+    /// `None`: chosen automatically (see the fabric runbooks).
+    pub gid_index: Option<u8>,
+    pub traffic_class: u8,
+    pub service_level: u8,
+    pub mtu: u32,
+    pub pkey_index: u16,
+    pub num_dcis: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitsConfig {
+    pub max_value_size: ByteSize,
+    pub max_connections: u32,
+    pub per_connection_inflight_bytes: ByteSize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggingConfig {
+    /// A tracing filter: a level (`info`) or comma-separated `target=level` directives.
+    pub level: String,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_value_size: DEFAULT_MAX_VALUE_SIZE,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            per_connection_inflight_bytes: DEFAULT_INFLIGHT_BYTES,
+        }
+    }
+}
+
+impl Default for RdmaConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            device: DEFAULT_RDMA_DEVICE.to_owned(),
+            gid_index: None,
+            traffic_class: 0,
+            service_level: 0,
+            mtu: DEFAULT_RDMA_MTU,
+            pkey_index: 0,
+            num_dcis: DEFAULT_NUM_DCIS,
+        }
+    }
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        Self {
+            level: DEFAULT_LOG_LEVEL.to_owned(),
+        }
+    }
+}

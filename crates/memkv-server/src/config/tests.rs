@@ -1,0 +1,455 @@
+use std::time::Duration;
+
+use super::*;
+
+const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+fn parse(text: &str) -> Result<ServerConfig, ConfigError> {
+    ServerConfig::from_yaml_str(text, "test.yaml")
+}
+
+fn error_of(text: &str) -> ConfigError {
+    match parse(text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(error) => error,
+    }
+}
+
+#[test]
+fn empty_and_comment_only_files_use_defaults() {
+    for text in ["", "# nothing here\n", "---\n"] {
+        let config = parse(text).unwrap();
+        assert_eq!(config.network.address.to_string(), "0.0.0.0:9900");
+        assert_eq!(config.storage.mode, StorageMode::Memory);
+        assert_eq!(config.memory.max_size, ByteSize::gib(1));
+    }
+}
+
+#[test]
+fn defaults_are_documented_values() {
+    let config = parse(&format!("network:\n  auth_key: {KEY}\n")).unwrap();
+    assert_eq!(
+        config.network.auth_key,
+        Some(AuthKey::from_hex(KEY).unwrap())
+    );
+    assert_eq!(config.network.tls, None);
+    assert_eq!(config.network.idle_timeout, Duration::from_secs(300));
+    assert_eq!(config.network.admin_address().to_string(), "0.0.0.0:9901");
+    assert_eq!(config.memory.block_size, ByteSize::mib(2));
+    assert_eq!(config.storage.block_size, ByteSize::mib(4));
+    assert_eq!(config.storage.eviction, EvictionPolicy::Lru);
+    assert_eq!(config.storage.reservation_lease, Duration::from_secs(30));
+    assert_eq!(config.storage.pin_lease, Duration::from_secs(10));
+    assert_eq!(config.rdma, RdmaConfig::default());
+    assert_eq!(config.rdma.device, "mlx5_0");
+    assert_eq!(config.rdma.mtu, 4096);
+    assert_eq!(config.rdma.num_dcis, 16);
+    assert!(config.rdma.enabled);
+    assert_eq!(config.limits.max_value_size, ByteSize::mib(64));
+    assert_eq!(config.limits.max_connections, 10_000);
+    assert_eq!(
+        config.limits.per_connection_inflight_bytes,
+        ByteSize::mib(256)
+    );
+    assert_eq!(config.logging.level, "info");
+}
+
+#[test]
+fn embedded_default_is_loopback_memory_mode() {
+    let config = ServerConfig::embedded_default();
+    assert_eq!(config.source_name, EMBEDDED_SOURCE);
+    assert_eq!(config.network.address.to_string(), "127.0.0.1:9900");
+    assert_eq!(config.network.admin_address().to_string(), "127.0.0.1:9901");
+    assert_eq!(config.network.auth_key, None);
+    assert_eq!(config.storage.mode, StorageMode::Memory);
+    assert_eq!(config.memory.max_size, ByteSize::gib(1));
+    config.ensure_supported_by_build().unwrap();
+}
+
+#[test]
+fn ephemeral_port_gives_ephemeral_admin_port() {
+    let config = parse("network:\n  address: 127.0.0.1:0\n").unwrap();
+    assert_eq!(config.network.admin_address().to_string(), "127.0.0.1:0");
+}
+
+#[test]
+fn example_config_parses() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.yaml");
+    let config = ServerConfig::load(&path).unwrap();
+    assert_eq!(config.storage.mode, StorageMode::File);
+    assert_eq!(config.storage.drives.len(), 2);
+    assert_eq!(config.storage.drives[0].size, Some(ByteSize::gib(64)));
+    let tls = config.network.tls.as_ref().unwrap();
+    assert_eq!(
+        tls.cert,
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/test-only-cert.pem")
+    );
+    assert_eq!(config.rdma.gid_index, None);
+    config.ensure_supported_by_build().unwrap();
+}
+
+#[test]
+fn full_config_values_are_read() {
+    let text = format!(
+        "network:\n  address: \"[::1]:7000\"\n  auth_key: {KEY}\n  idle_timeout: 0\n\
+memory:\n  block_size: 4KiB\n  max_size: 1.5 GiB\n\
+storage:\n  mode: file\n  block_size: 8 MiB\n  drives:\n  - media: d0\n    size: 1 GB\n  - media: /abs/d1\n  eviction: none\n\
+rdma:\n  enabled: false\n  device: rxe0\n  gid_index: 3\n  traffic_class: 106\n  service_level: 3\n  mtu: 1024\n  pkey_index: 1\n  num_dcis: 64\n\
+limits:\n  max_value_size: 16 MiB\n  max_connections: 5\n  per_connection_inflight_bytes: 16 MiB\n\
+logging:\n  level: memkv_server=debug,warn\n"
+    );
+    let config = parse(&text).unwrap();
+    assert_eq!(config.network.admin_address().to_string(), "[::1]:7001");
+    assert_eq!(config.network.idle_timeout, Duration::ZERO);
+    assert_eq!(config.memory.max_size, ByteSize(3 << 29));
+    assert_eq!(config.storage.drives[0].media, PathBuf::from("d0"));
+    assert_eq!(config.storage.drives[0].size, Some(ByteSize(1_000_000_000)));
+    assert_eq!(config.storage.drives[1].size, None);
+    assert_eq!(config.storage.eviction, EvictionPolicy::None);
+    let rdma = &config.rdma;
+    assert_eq!(
+        (
+            rdma.enabled,
+            rdma.device.as_str(),
+            rdma.gid_index,
+            rdma.traffic_class,
+            rdma.service_level
+        ),
+        (false, "rxe0", Some(3), 106, 3)
+    );
+    assert_eq!((rdma.mtu, rdma.pkey_index, rdma.num_dcis), (1024, 1, 64));
+    assert_eq!(config.limits.max_connections, 5);
+    assert_eq!(config.logging.level, "memkv_server=debug,warn");
+}
+
+#[test]
+fn every_error_names_key_and_line() {
+    use ConfigErrorKind::*;
+    let long_key = format!("network:\n  auth_key: {KEY}00\n");
+    let bad_hex_key = format!("network:\n  auth_key: {}zz\n", &KEY[..62]);
+    let cases: Vec<(&str, ConfigErrorKind, usize, &str, &[&str])> = vec![
+        (
+            "bogus: 1\n",
+            UnknownKey,
+            1,
+            "bogus",
+            &["unknown key `bogus`", "`network`"],
+        ),
+        (
+            "network:\n  address: 0.0.0.0:9900\n  adress: x\n",
+            UnknownKey,
+            3,
+            "network.adress",
+            &["unknown key `adress`", "`address`"],
+        ),
+        (
+            "storage:\n  mode: file\n  drives:\n    - media: a\n      sise: 1\n",
+            UnknownKey,
+            5,
+            "storage.drives[0].sise",
+            &["unknown key `sise`"],
+        ),
+        (
+            "network: {adress: 1}\n",
+            UnknownKey,
+            1,
+            "network.adress",
+            &["unknown key"],
+        ),
+        (
+            "memory:\n  block_size: 2 MB/s\n",
+            InvalidValue,
+            2,
+            "memory.block_size",
+            &["\"2 MB/s\"", "unknown unit", "accepted forms"],
+        ),
+        (
+            "limits:\n  max_value_size: lots\n",
+            InvalidValue,
+            2,
+            "limits.max_value_size",
+            &["\"lots\"", "accepted forms"],
+        ),
+        (
+            "memory:\n  block_size: 1000\n",
+            InvalidValue,
+            2,
+            "memory.block_size",
+            &["multiple of 4 KiB"],
+        ),
+        (
+            "memory:\n  max_size: 1 MiB\n",
+            InvalidValue,
+            2,
+            "memory.max_size",
+            &["smaller than memory.block_size"],
+        ),
+        (
+            "network:\n  tls_cert: c.pem\n",
+            InvalidValue,
+            2,
+            "network.tls_cert",
+            &["network.tls_key is not"],
+        ),
+        (
+            "network:\n  address: 0.0.0.0:9900\n  tls_key: k.pem\n",
+            InvalidValue,
+            3,
+            "network.tls_key",
+            &["network.tls_cert is not"],
+        ),
+        (
+            "network:\n  auth_key: abcd\n",
+            InvalidValue,
+            2,
+            "network.auth_key",
+            &["expected 64 hex characters, got 4"],
+        ),
+        (
+            &long_key,
+            InvalidValue,
+            2,
+            "network.auth_key",
+            &["expected 64 hex characters, got 66"],
+        ),
+        (
+            &bad_hex_key,
+            InvalidValue,
+            2,
+            "network.auth_key",
+            &["non-hex character at position 63"],
+        ),
+        (
+            "network:\n  address: localhost\n",
+            InvalidValue,
+            2,
+            "network.address",
+            &["IP:port"],
+        ),
+        (
+            "network:\n  address: 0.0.0.0:65535\n",
+            InvalidValue,
+            2,
+            "network.address",
+            &["port + 1"],
+        ),
+        (
+            "rdma:\n  mtu: 1500\n",
+            InvalidValue,
+            2,
+            "rdma.mtu",
+            &["1500 is not one of 256, 512, 1024, 2048, 4096"],
+        ),
+        (
+            "rdma:\n  mtu: abc\n",
+            Syntax,
+            2,
+            "rdma.mtu",
+            &["invalid type"],
+        ),
+        (
+            "rdma:\n  service_level: 16\n",
+            InvalidValue,
+            2,
+            "rdma.service_level",
+            &["0..=15"],
+        ),
+        (
+            "rdma:\n  gid_index: sometimes\n",
+            Syntax,
+            2,
+            "rdma.gid_index",
+            &["`auto`"],
+        ),
+        (
+            "rdma:\n  num_dcis: 0\n",
+            InvalidValue,
+            2,
+            "rdma.num_dcis",
+            &["1..=1024"],
+        ),
+        (
+            "rdma:\n  device: ''\n",
+            InvalidValue,
+            2,
+            "rdma.device",
+            &["empty"],
+        ),
+        (
+            "storage:\n  mode: dirct\n",
+            InvalidValue,
+            2,
+            "storage.mode",
+            &["\"dirct\"", "memory, file or direct"],
+        ),
+        (
+            "storage:\n  mode: file\n",
+            InvalidValue,
+            1,
+            "storage.drives",
+            &["at least one drive"],
+        ),
+        (
+            "storage:\n  mode: memory\n  drives:\n  - media: /x\n",
+            InvalidValue,
+            3,
+            "storage.drives",
+            &["only used with storage.mode file or direct"],
+        ),
+        (
+            "storage:\n  mode: file\n  drives:\n  - media: /x\n  - media: /x\n",
+            InvalidValue,
+            5,
+            "storage.drives[1].media",
+            &["listed twice"],
+        ),
+        (
+            "storage:\n  mode: file\n  drives:\n  - media: /x\n    size: 1 MiB\n",
+            InvalidValue,
+            5,
+            "storage.drives[0].size",
+            &["smaller than storage.block_size"],
+        ),
+        (
+            "storage:\n  drives:\n  - media: /dev/nvme0n1\n    size: 1 TiB\n",
+            InvalidValue,
+            4,
+            "storage.drives[0].size",
+            &["only used in file mode"],
+        ),
+        (
+            "storage:\n  eviction: fifo\n",
+            InvalidValue,
+            2,
+            "storage.eviction",
+            &["lru or none"],
+        ),
+        (
+            "storage:\n  pin_lease_secs: 0\n",
+            InvalidValue,
+            2,
+            "storage.pin_lease_secs",
+            &["1..=86400"],
+        ),
+        (
+            "limits:\n  max_value_size: 1 GiB\n",
+            InvalidValue,
+            1,
+            "limits.per_connection_inflight_bytes",
+            &["smaller than limits.max_value_size"],
+        ),
+        (
+            "limits:\n  max_connections: 0\n",
+            InvalidValue,
+            2,
+            "limits.max_connections",
+            &["1..=1000000"],
+        ),
+        (
+            "logging:\n  level: loud\n",
+            InvalidValue,
+            2,
+            "logging.level",
+            &["\"loud\""],
+        ),
+        ("network: [\n", Syntax, 2, "", &[]),
+    ];
+    for (text, kind, line, key, fragments) in cases {
+        let error = error_of(text);
+        let shown = error.to_string();
+        assert_eq!(error.kind, kind, "{text}\n{shown}");
+        assert_eq!(error.line, Some(line), "{text}\n{shown}");
+        if !key.is_empty() {
+            assert_eq!(error.key.as_deref(), Some(key), "{text}\n{shown}");
+            assert!(
+                shown.starts_with(&format!("test.yaml:{line}: {key}: ")),
+                "{shown}"
+            );
+        }
+        for fragment in fragments {
+            assert!(
+                shown.contains(fragment),
+                "{text}\nmissing {fragment:?} in {shown}"
+            );
+        }
+        assert!(!shown.contains(&KEY[..32]), "error leaks the key: {shown}");
+    }
+}
+
+#[test]
+fn direct_mode_parses_but_start_refuses() {
+    let config = parse("storage:\n  mode: direct\n  drives:\n  - media: /dev/nvme0n1\n").unwrap();
+    assert_eq!(config.storage.mode, StorageMode::Direct);
+    let error = config.ensure_supported_by_build().unwrap_err();
+    assert_eq!(error.kind, ConfigErrorKind::Unsupported);
+    assert_eq!(
+        error.to_string(),
+        "test.yaml:2: storage.mode: storage.mode direct is not supported by this build yet; use file or memory"
+    );
+    let implied = parse("storage:\n  drives:\n  - media: /dev/nvme0n1\n").unwrap();
+    assert_eq!(implied.storage.mode, StorageMode::Direct);
+}
+
+#[test]
+fn load_reports_missing_file_and_resolves_relative_paths() {
+    let dir = std::env::temp_dir().join(format!("memkv-config-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = ServerConfig::load(&dir.join("absent.yaml")).unwrap_err();
+    assert_eq!(missing.kind, ConfigErrorKind::Io);
+    assert!(
+        missing.to_string().contains("absent.yaml: cannot read"),
+        "{missing}"
+    );
+
+    let path = dir.join("c.yaml");
+    std::fs::write(
+        &path,
+        "network:\n  tls_cert: c.pem\n  tls_key: /abs/k.pem\n",
+    )
+    .unwrap();
+    let config = ServerConfig::load(&path).unwrap();
+    let tls = config.network.tls.unwrap();
+    assert_eq!(tls.cert, dir.join("c.pem"));
+    assert_eq!(tls.key, PathBuf::from("/abs/k.pem"));
+
+    std::fs::write(&path, "network:\n  tls_cert: c.pem\n").unwrap();
+    let half = ServerConfig::load(&path).unwrap_err().to_string();
+    assert_eq!(
+        half,
+        format!(
+            "{}:2: network.tls_cert: is set but network.tls_key is not; set both or neither",
+            path.display()
+        )
+    );
+
+    let fallback = ServerConfig::load_or_fallback(None, &dir.join("absent.yaml")).unwrap();
+    assert_eq!(fallback.source_name, EMBEDDED_SOURCE);
+    std::fs::write(&path, "rdma:\n  device: rxe0\n").unwrap();
+    let from_default = ServerConfig::load_or_fallback(None, &path).unwrap();
+    assert_eq!(from_default.rdma.device, "rxe0");
+    let explicit = ServerConfig::load_or_fallback(Some(&path), &dir.join("absent.yaml")).unwrap();
+    assert_eq!(explicit.source_name, path.display().to_string());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn configured_auth_key_is_used_without_touching_key_files() {
+    let config = parse(&format!("network:\n  auth_key: {KEY}\n")).unwrap();
+    let (key, source) = config.resolve_auth_key().unwrap();
+    assert_eq!(source, AuthKeySource::Config);
+    assert_eq!(key.to_hex(), KEY);
+}
+
+#[test]
+fn error_at_locates_keys_for_later_checks() {
+    let config = parse("storage:\n  mode: file\n  drives:\n  - media: /x\n").unwrap();
+    let error = config.error_at(
+        ConfigErrorKind::InvalidValue,
+        "storage.drives[0].media",
+        "cannot open",
+    );
+    assert_eq!(
+        error.to_string(),
+        "test.yaml:4: storage.drives[0].media: cannot open"
+    );
+}

@@ -1,0 +1,402 @@
+//! Turns the raw YAML sections into checked settings. Every error names the key and its line.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::auth_key::AuthKey;
+use super::error::{ConfigError, ConfigErrorKind};
+use super::locate::KeyLines;
+use super::raw::{AutoOrNumber, RawConfig, RawDrive, RawRdma, RawStorage};
+use super::sections::*;
+use super::size::{ByteSize, SizeText, parse_size};
+
+/// Smallest and largest block sizes; blocks must also be whole 4 KiB pages.
+const MIN_BLOCK: ByteSize = ByteSize::kib(4);
+const MAX_BLOCK: ByteSize = ByteSize::gib(1);
+const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+pub(super) struct Checker<'a> {
+    pub source_name: &'a str,
+    pub lines: &'a KeyLines,
+    /// Relative paths in the file are taken relative to this directory.
+    pub base_dir: Option<&'a Path>,
+}
+
+pub(super) struct Sections {
+    pub network: NetworkConfig,
+    pub memory: MemoryConfig,
+    pub storage: StorageConfig,
+    pub rdma: RdmaConfig,
+    pub limits: LimitsConfig,
+    pub logging: LoggingConfig,
+}
+
+type Checked<T> = Result<T, ConfigError>;
+
+impl Checker<'_> {
+    pub fn error(
+        &self,
+        kind: ConfigErrorKind,
+        key: &str,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError {
+            kind,
+            source_name: self.source_name.to_owned(),
+            line: self.lines.line_of(key),
+            key: Some(key.to_owned()),
+            message: message.into(),
+        }
+    }
+
+    fn invalid(&self, key: &str, message: impl Into<String>) -> ConfigError {
+        self.error(ConfigErrorKind::InvalidValue, key, message)
+    }
+
+    fn size(&self, key: &str, text: Option<&SizeText>, default: ByteSize) -> Checked<ByteSize> {
+        match text {
+            None => Ok(default),
+            Some(text) => parse_size(&text.0).map_err(|e| self.invalid(key, e.to_string())),
+        }
+    }
+
+    fn block_size(
+        &self,
+        key: &str,
+        text: Option<&SizeText>,
+        default: ByteSize,
+    ) -> Checked<ByteSize> {
+        let size = self.size(key, text, default)?;
+        if size < MIN_BLOCK || size > MAX_BLOCK || size.bytes() % MIN_BLOCK.bytes() != 0 {
+            return Err(self.invalid(
+                key,
+                format!(
+                    "{size} is not a multiple of {MIN_BLOCK} between {MIN_BLOCK} and {MAX_BLOCK}"
+                ),
+            ));
+        }
+        Ok(size)
+    }
+
+    fn ranged(
+        &self,
+        key: &str,
+        value: Option<u64>,
+        default: u64,
+        min: u64,
+        max: u64,
+    ) -> Checked<u64> {
+        let value = value.unwrap_or(default);
+        if value < min || value > max {
+            return Err(self.invalid(key, format!("{value} is out of range {min}..={max}")));
+        }
+        Ok(value)
+    }
+
+    fn path(&self, key: &str, text: &str) -> Checked<PathBuf> {
+        if text.trim().is_empty() {
+            return Err(self.invalid(key, "the path is empty"));
+        }
+        let path = PathBuf::from(text);
+        Ok(match self.base_dir {
+            Some(base) if path.is_relative() => base.join(path),
+            _ => path,
+        })
+    }
+
+    pub fn sections(&self, raw: RawConfig) -> Checked<Sections> {
+        let memory = raw.memory.unwrap_or_default();
+        let memory = MemoryConfig {
+            block_size: self.block_size(
+                "memory.block_size",
+                memory.block_size.as_ref(),
+                DEFAULT_MEMORY_BLOCK_SIZE,
+            )?,
+            max_size: self.size(
+                "memory.max_size",
+                memory.max_size.as_ref(),
+                DEFAULT_MEMORY_MAX_SIZE,
+            )?,
+        };
+        if memory.max_size < memory.block_size {
+            return Err(self.invalid(
+                "memory.max_size",
+                format!(
+                    "{} is smaller than memory.block_size ({})",
+                    memory.max_size, memory.block_size
+                ),
+            ));
+        }
+        Ok(Sections {
+            network: self.network(raw.network.unwrap_or_default())?,
+            memory,
+            storage: self.storage(raw.storage.unwrap_or_default())?,
+            rdma: self.rdma(raw.rdma.unwrap_or_default())?,
+            limits: self.limits(raw.limits.unwrap_or_default())?,
+            logging: LoggingConfig {
+                level: self.log_level(raw.logging.unwrap_or_default().level)?,
+            },
+        })
+    }
+
+    fn network(&self, raw: super::raw::RawNetwork) -> Checked<NetworkConfig> {
+        let address: SocketAddr = match raw.address {
+            None => SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+            Some(text) => text.trim().parse().map_err(|_| {
+                self.invalid(
+                    "network.address",
+                    format!("{text:?} is not an IP:port address such as 0.0.0.0:9900 or [::]:9900"),
+                )
+            })?,
+        };
+        if address.port() == u16::MAX {
+            return Err(self.invalid(
+                "network.address",
+                "port 65535 leaves no port + 1 for the admin API",
+            ));
+        }
+        let auth_key = raw
+            .auth_key
+            .map(|text| {
+                AuthKey::from_hex(&text)
+                    .map_err(|e| self.invalid("network.auth_key", e.to_string()))
+            })
+            .transpose()?;
+        let tls = match (raw.tls_cert, raw.tls_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: self.path("network.tls_cert", &cert)?,
+                key: self.path("network.tls_key", &key)?,
+            }),
+            (Some(_), None) => {
+                return Err(self.invalid(
+                    "network.tls_cert",
+                    "is set but network.tls_key is not; set both or neither",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(self.invalid(
+                    "network.tls_key",
+                    "is set but network.tls_cert is not; set both or neither",
+                ));
+            }
+        };
+        Ok(NetworkConfig {
+            address,
+            auth_key,
+            tls,
+            idle_timeout: raw
+                .idle_timeout
+                .map_or(DEFAULT_IDLE_TIMEOUT, Duration::from_secs),
+        })
+    }
+
+    fn storage(&self, raw: RawStorage) -> Checked<StorageConfig> {
+        let raw_drives = raw.drives.unwrap_or_default();
+        let mode = match raw.mode.as_deref().map(str::trim) {
+            None if raw_drives.is_empty() => StorageMode::Memory,
+            // The product's default; with drives listed the operator meant raw NVMe.
+            None => StorageMode::Direct,
+            Some("memory") => StorageMode::Memory,
+            Some("file") => StorageMode::File,
+            Some("direct") => StorageMode::Direct,
+            Some(other) => {
+                return Err(self.invalid(
+                    "storage.mode",
+                    format!("unknown mode {other:?}; expected memory, file or direct"),
+                ));
+            }
+        };
+        let block_size = self.block_size(
+            "storage.block_size",
+            raw.block_size.as_ref(),
+            DEFAULT_STORAGE_BLOCK_SIZE,
+        )?;
+        let drives = self.drives(mode, block_size, raw_drives)?;
+        let eviction = match raw.eviction.as_deref().map(str::trim) {
+            None | Some("lru") => EvictionPolicy::Lru,
+            Some("none") => EvictionPolicy::None,
+            Some(other) => {
+                return Err(self.invalid(
+                    "storage.eviction",
+                    format!("unknown policy {other:?}; expected lru or none"),
+                ));
+            }
+        };
+        let lease = |key, value: Option<u64>, default: Duration| {
+            self.ranged(key, value, default.as_secs(), 1, 86_400)
+                .map(Duration::from_secs)
+        };
+        Ok(StorageConfig {
+            mode,
+            block_size,
+            drives,
+            eviction,
+            reservation_lease: lease(
+                "storage.reservation_lease_secs",
+                raw.reservation_lease_secs,
+                DEFAULT_RESERVATION_LEASE,
+            )?,
+            pin_lease: lease(
+                "storage.pin_lease_secs",
+                raw.pin_lease_secs,
+                DEFAULT_PIN_LEASE,
+            )?,
+        })
+    }
+
+    fn drives(
+        &self,
+        mode: StorageMode,
+        block_size: ByteSize,
+        raw: Vec<RawDrive>,
+    ) -> Checked<Vec<DriveConfig>> {
+        match mode {
+            StorageMode::Memory if !raw.is_empty() => {
+                return Err(self.invalid(
+                    "storage.drives",
+                    "drives are only used with storage.mode file or direct; this config uses memory",
+                ));
+            }
+            StorageMode::File | StorageMode::Direct if raw.is_empty() => {
+                return Err(self.invalid(
+                    "storage.drives",
+                    format!("storage.mode {} needs at least one drive", mode.as_str()),
+                ));
+            }
+            _ => {}
+        }
+        let mut seen = HashSet::new();
+        let mut drives = Vec::with_capacity(raw.len());
+        for (index, drive) in raw.into_iter().enumerate() {
+            let media_key = format!("storage.drives[{index}].media");
+            let size_key = format!("storage.drives[{index}].size");
+            let media = self.path(&media_key, &drive.media)?;
+            if !seen.insert(media.clone()) {
+                return Err(
+                    self.invalid(&media_key, format!("{} is listed twice", media.display()))
+                );
+            }
+            let size = drive
+                .size
+                .as_ref()
+                .map(|text| self.size(&size_key, Some(text), ByteSize(0)))
+                .transpose()?;
+            if let Some(size) = size {
+                if mode == StorageMode::Direct {
+                    return Err(self.invalid(
+                        &size_key,
+                        "size is only used in file mode; direct mode uses the whole device",
+                    ));
+                }
+                if size < block_size {
+                    return Err(self.invalid(
+                        &size_key,
+                        format!("{size} is smaller than storage.block_size ({block_size})"),
+                    ));
+                }
+            }
+            drives.push(DriveConfig { media, size });
+        }
+        Ok(drives)
+    }
+
+    fn rdma(&self, raw: RawRdma) -> Checked<RdmaConfig> {
+        let defaults = RdmaConfig::default();
+        let device = raw.device.unwrap_or(defaults.device);
+        if device.trim().is_empty() {
+            return Err(self.invalid("rdma.device", "the device name is empty"));
+        }
+        let gid_index = match raw.gid_index {
+            None | Some(AutoOrNumber::Auto) => None,
+            Some(AutoOrNumber::Number(n)) => {
+                Some(self.ranged("rdma.gid_index", Some(n), 0, 0, 255)? as u8)
+            }
+        };
+        let mtu = raw.mtu.unwrap_or(u64::from(DEFAULT_RDMA_MTU));
+        let mtu = RDMA_MTUS
+            .into_iter()
+            .find(|&m| u64::from(m) == mtu)
+            .ok_or_else(|| {
+                self.invalid(
+                    "rdma.mtu",
+                    format!("{mtu} is not one of 256, 512, 1024, 2048, 4096"),
+                )
+            })?;
+        Ok(RdmaConfig {
+            enabled: raw.enabled.unwrap_or(defaults.enabled),
+            device,
+            gid_index,
+            traffic_class: self.ranged("rdma.traffic_class", raw.traffic_class, 0, 0, 255)? as u8,
+            service_level: self.ranged("rdma.service_level", raw.service_level, 0, 0, 15)? as u8,
+            mtu,
+            pkey_index: self.ranged("rdma.pkey_index", raw.pkey_index, 0, 0, u64::from(u16::MAX))?
+                as u16,
+            num_dcis: self.ranged(
+                "rdma.num_dcis",
+                raw.num_dcis,
+                u64::from(DEFAULT_NUM_DCIS),
+                1,
+                u64::from(MAX_NUM_DCIS),
+            )? as u32,
+        })
+    }
+
+    fn limits(&self, raw: super::raw::RawLimits) -> Checked<LimitsConfig> {
+        let defaults = LimitsConfig::default();
+        let max_value_size = self.size(
+            "limits.max_value_size",
+            raw.max_value_size.as_ref(),
+            defaults.max_value_size,
+        )?;
+        if max_value_size.bytes() == 0 {
+            return Err(self.invalid("limits.max_value_size", "must be at least 1 byte"));
+        }
+        let inflight = self.size(
+            "limits.per_connection_inflight_bytes",
+            raw.per_connection_inflight_bytes.as_ref(),
+            defaults.per_connection_inflight_bytes,
+        )?;
+        if inflight < max_value_size {
+            return Err(self.invalid(
+                "limits.per_connection_inflight_bytes",
+                format!("{inflight} is smaller than limits.max_value_size ({max_value_size}), so the largest value could never be sent"),
+            ));
+        }
+        let max_connections = self.ranged(
+            "limits.max_connections",
+            raw.max_connections,
+            u64::from(defaults.max_connections),
+            1,
+            MAX_CONNECTIONS_LIMIT,
+        )? as u32;
+        Ok(LimitsConfig {
+            max_value_size,
+            max_connections,
+            per_connection_inflight_bytes: inflight,
+        })
+    }
+
+    fn log_level(&self, level: Option<String>) -> Checked<String> {
+        let Some(level) = level else {
+            return Ok(DEFAULT_LOG_LEVEL.to_owned());
+        };
+        let valid = !level.trim().is_empty()
+            && level.split(',').all(|directive| {
+                let level_part = directive.rsplit('=').next().unwrap_or_default().trim();
+                LOG_LEVELS
+                    .iter()
+                    .any(|l| l.eq_ignore_ascii_case(level_part))
+            });
+        if !valid {
+            return Err(self.invalid(
+                "logging.level",
+                format!("{level:?} is not a level (trace, debug, info, warn, error, off) or comma-separated target=level directives"),
+            ));
+        }
+        Ok(level.trim().to_owned())
+    }
+}
