@@ -42,7 +42,7 @@ pub enum FabricError {
 
     #[error(
         "pkey_index {index} is past the end of the P_Key table of {device} port {port} \
-         ({len} entries); refusing RDMA on this port"
+         (table length {len}); refusing RDMA on this port"
     )]
     PkeyIndexOutOfRange {
         index: u16,

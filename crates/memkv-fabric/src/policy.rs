@@ -7,7 +7,7 @@ use crate::error::FabricError;
 use crate::gid::{GidChoice, choose_gid};
 use crate::mtu::{MtuChoice, path_mtu, resolve_mtu};
 use crate::pkey::{PkeyChoice, resolve_pkey};
-use crate::types::{Gid, LinkLayer, Membership, Mtu, PortFacts, PortState};
+use crate::types::{Gid, GidType, LinkLayer, Membership, Mtu, PortFacts, PortState};
 use serde::Serialize;
 
 /// Hop limit for RoCEv2 GRHs: enough for any data-centre fabric.
@@ -196,6 +196,24 @@ pub fn plan_port(facts: PortFacts, cfg: &FabricConfig, dcb: &dyn DcbSource) -> P
         }
         LinkLayer::Ethernet => {
             let gid = choose_gid(&facts, cfg.gid_index);
+            if let Some(g) = gid
+                .as_ref()
+                .ok()
+                .filter(|g| g.source == ValueSource::Config)
+            {
+                if g.gid_type != GidType::RoceV2 {
+                    warnings.push(format!(
+                        "gid_index {} is a {} GID: not routable over IP, it reaches peers only \
+                         within one layer-2 domain",
+                        g.index, g.gid_type
+                    ));
+                } else if g.gid.is_link_local() {
+                    warnings.push(format!(
+                        "gid_index {} is a link-local GID: it cannot cross a router",
+                        g.index
+                    ));
+                }
+            }
             let netdev = match &gid {
                 Ok(g) => g.netdev.clone(),
                 Err(_) => facts.gids.iter().find_map(|g| g.netdev.clone()),
