@@ -1,0 +1,310 @@
+//! Arena bookkeeping: which `(offset, length)` ranges are handed out. No memory is touched here.
+//!
+//! Large values (at least one granule) take a contiguous run of granules, chosen best-fit from a
+//! coalescing free list. Smaller values take a slot of the nearest size class (four classes per
+//! power of two, so rounding wastes under 25%); a class carves slots out of slabs of one or more
+//! granules, sized so the slab tail left over is small. An emptied slab goes back to the granules.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const MIN_CLASS: u64 = 64;
+const MAX_SLAB_GRANULES: u64 = 8;
+
+/// One handed-out range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Allocation {
+    pub offset: u64,
+    /// Bytes reserved for the value (its class size or granule run), at least the value length.
+    pub reserved: u64,
+    kind: AllocKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AllocKind {
+    Empty,
+    Granules { start: u64, count: u64 },
+    Slot { class: usize, slab: u64, slot: u32 },
+}
+
+/// Counters for stats and fragmentation reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocStats {
+    /// Bytes handed to values (class or granule-rounded sizes).
+    pub reserved_bytes: u64,
+    /// Granules in use, by large values or by slabs.
+    pub granules_used: u64,
+    pub granules_total: u64,
+}
+
+#[derive(Default)]
+struct GranuleMap {
+    by_start: BTreeMap<u64, u64>,
+    by_size: BTreeSet<(u64, u64)>,
+    used: u64,
+}
+
+impl GranuleMap {
+    fn take(&mut self, count: u64) -> Option<u64> {
+        let &(size, start) = self.by_size.range((count, 0)..).next()?;
+        self.by_size.remove(&(size, start));
+        self.by_start.remove(&start);
+        if size > count {
+            self.insert_free(start + count, size - count);
+        }
+        self.used += count;
+        Some(start)
+    }
+
+    fn insert_free(&mut self, start: u64, count: u64) {
+        self.by_start.insert(start, count);
+        self.by_size.insert((count, start));
+    }
+
+    fn give_back(&mut self, mut start: u64, mut count: u64) {
+        self.used -= count;
+        if let Some((&prev, &prev_len)) = self.by_start.range(..start).next_back()
+            && prev + prev_len == start
+        {
+            self.by_start.remove(&prev);
+            self.by_size.remove(&(prev_len, prev));
+            start = prev;
+            count += prev_len;
+        }
+        if let Some(&next_len) = self.by_start.get(&(start + count)) {
+            self.by_start.remove(&(start + count));
+            self.by_size.remove(&(next_len, start + count));
+            count += next_len;
+        }
+        self.insert_free(start, count);
+    }
+}
+
+struct Slab {
+    free: Vec<u32>,
+}
+
+struct SlabClass {
+    slot_size: u64,
+    slab_granules: u64,
+    slots_per_slab: u32,
+    slabs: HashMap<u64, Slab>,
+    /// Slabs with a free slot, lowest first so live slots pack into few slabs.
+    partial: BTreeSet<u64>,
+}
+
+/// Thread-safe allocator over `granules_total` granules of `granule` bytes.
+pub(crate) struct Allocator {
+    granule: u64,
+    granules_total: u64,
+    granules: Mutex<GranuleMap>,
+    class_sizes: Vec<u64>,
+    classes: Vec<Mutex<SlabClass>>,
+    reserved: AtomicU64,
+}
+
+impl Allocator {
+    pub fn new(granule: u64, granules_total: u64) -> Self {
+        let mut map = GranuleMap::default();
+        if granules_total > 0 {
+            map.insert_free(0, granules_total);
+        }
+        let class_sizes = size_classes(granule);
+        let classes = class_sizes
+            .iter()
+            .map(|&slot_size| {
+                let slab_granules = best_slab_granules(granule, slot_size);
+                Mutex::new(SlabClass {
+                    slot_size,
+                    slab_granules,
+                    slots_per_slab: ((slab_granules * granule) / slot_size) as u32,
+                    slabs: HashMap::new(),
+                    partial: BTreeSet::new(),
+                })
+            })
+            .collect();
+        Self {
+            granule,
+            granules_total,
+            granules: Mutex::new(map),
+            class_sizes,
+            classes,
+            reserved: AtomicU64::new(0),
+        }
+    }
+
+    /// Reserves room for `len` bytes, or `None` when no fitting free space exists.
+    pub fn allocate(&self, len: u64) -> Option<Allocation> {
+        if len == 0 {
+            return Some(Allocation {
+                offset: 0,
+                reserved: 0,
+                kind: AllocKind::Empty,
+            });
+        }
+        let class = self.class_sizes.partition_point(|&s| s < len);
+        // A slab needing more contiguous granules than are free can still leave room for the
+        // value itself as a granule run.
+        let alloc = match (class < self.class_sizes.len())
+            .then(|| self.allocate_slot(class))
+            .flatten()
+        {
+            Some(a) => a,
+            None => {
+                let count = len.div_ceil(self.granule);
+                let start = lock(&self.granules).take(count)?;
+                Allocation {
+                    offset: start * self.granule,
+                    reserved: count * self.granule,
+                    kind: AllocKind::Granules { start, count },
+                }
+            }
+        };
+        self.reserved.fetch_add(alloc.reserved, Ordering::Relaxed);
+        Some(alloc)
+    }
+
+    fn allocate_slot(&self, class: usize) -> Option<Allocation> {
+        let mut c = lock(&self.classes[class]);
+        let slab = match c.partial.first() {
+            Some(&s) => s,
+            None => {
+                let start = lock(&self.granules).take(c.slab_granules)?;
+                let slots = c.slots_per_slab;
+                c.slabs.insert(
+                    start,
+                    Slab {
+                        free: (0..slots).rev().collect(),
+                    },
+                );
+                c.partial.insert(start);
+                start
+            }
+        };
+        let slab_state = c.slabs.get_mut(&slab).expect("partial slab is known");
+        let slot = slab_state.free.pop().expect("partial slab has a free slot");
+        if slab_state.free.is_empty() {
+            c.partial.remove(&slab);
+        }
+        Some(Allocation {
+            offset: slab * self.granule + u64::from(slot) * c.slot_size,
+            reserved: c.slot_size,
+            kind: AllocKind::Slot { class, slab, slot },
+        })
+    }
+
+    /// Returns a range obtained from [`Self::allocate`]. Each allocation is freed exactly once.
+    pub fn free(&self, alloc: Allocation) {
+        self.reserved.fetch_sub(alloc.reserved, Ordering::Relaxed);
+        match alloc.kind {
+            AllocKind::Empty => {}
+            AllocKind::Granules { start, count } => lock(&self.granules).give_back(start, count),
+            AllocKind::Slot { class, slab, slot } => {
+                let mut c = lock(&self.classes[class]);
+                let slots = c.slots_per_slab as usize;
+                let state = c.slabs.get_mut(&slab).expect("slot belongs to a live slab");
+                state.free.push(slot);
+                let now_free = state.free.len();
+                if now_free == slots {
+                    c.slabs.remove(&slab);
+                    c.partial.remove(&slab);
+                    let n = c.slab_granules;
+                    lock(&self.granules).give_back(slab, n);
+                } else if now_free == 1 {
+                    c.partial.insert(slab);
+                }
+            }
+        }
+    }
+
+    pub fn stats(&self) -> AllocStats {
+        AllocStats {
+            reserved_bytes: self.reserved.load(Ordering::Relaxed),
+            granules_used: lock(&self.granules).used,
+            granules_total: self.granules_total,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// 64, 80, 96, 112, 128, 160, ... : four steps per power of two, all below one granule.
+fn size_classes(granule: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut pow = MIN_CLASS;
+    while pow < granule {
+        for step in 0..4 {
+            let size = pow + step * pow / 4;
+            if size < granule {
+                out.push(size);
+            }
+        }
+        pow *= 2;
+    }
+    out
+}
+
+/// Slab length (in granules): the shortest whose unusable tail is under 1/64 of it, else the
+/// one with the smallest tail. Short slabs return to the granule pool sooner.
+fn best_slab_granules(granule: u64, slot: u64) -> u64 {
+    let waste = |k: u64| ((k * granule) % slot) as f64 / (k * granule) as f64;
+    (1..=MAX_SLAB_GRANULES)
+        .find(|&k| waste(k) < 1.0 / 64.0)
+        .unwrap_or_else(|| {
+            (1..=MAX_SLAB_GRANULES)
+                .min_by(|a, b| waste(*a).total_cmp(&waste(*b)))
+                .unwrap_or(1)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn classes_round_up_under_a_quarter() {
+        let classes = size_classes(2 << 20);
+        for w in classes.windows(2) {
+            assert!(w[1] > w[0] && w[1] <= w[0] + w[0] / 3 + 1, "{w:?}");
+        }
+        assert!(best_slab_granules(2 << 20, 1_310_720) > 1);
+    }
+
+    proptest! {
+        /// Live allocations never overlap, stay inside the arena, and freeing everything
+        /// returns every granule.
+        #[test]
+        fn allocations_are_disjoint(ops in prop::collection::vec((0u64..300_000, any::<bool>()), 1..200)) {
+            let granule = 64 << 10;
+            let a = Allocator::new(granule, 40);
+            let mut live: Vec<(Allocation, u64)> = Vec::new();
+            for (len, free_one) in ops {
+                if free_one && !live.is_empty() {
+                    let (al, _) = live.swap_remove(len as usize % live.len());
+                    a.free(al);
+                    continue;
+                }
+                if let Some(al) = a.allocate(len) {
+                    prop_assert!(al.reserved >= len);
+                    prop_assert!(al.offset + al.reserved <= 40 * granule);
+                    for (o, olen) in &live {
+                        let disjoint = al.reserved == 0 || *olen == 0
+                            || al.offset + al.reserved <= o.offset || o.offset + o.reserved <= al.offset;
+                        prop_assert!(disjoint, "{al:?} overlaps {o:?}");
+                    }
+                    live.push((al, len));
+                }
+            }
+            for (al, _) in live.drain(..) {
+                a.free(al);
+            }
+            prop_assert_eq!(a.stats().granules_used, 0);
+            prop_assert_eq!(a.stats().reserved_bytes, 0);
+            prop_assert!(a.allocate(40 * granule).is_some());
+        }
+    }
+}

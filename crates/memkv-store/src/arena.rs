@@ -1,0 +1,200 @@
+//! The memory-mode arena: one anonymous mapping (explicit hugepages, else transparent
+//! hugepages, else ordinary pages) plus the blocks handed out inside it.
+//!
+//! This is the only module with `unsafe`. Soundness rests on one invariant kept here: an
+//! [`ArenaBlock`] is the sole owner of its range (the [`Allocator`] never hands out overlapping
+//! live ranges, and a block frees its range only when dropped), so `&mut` access through a
+//! block never aliases another block's bytes. Remote writers (RDMA) act outside Rust's model; the
+//! protocol (reservation ids, pins) keeps them on ranges nobody else reads at the time.
+
+use std::io;
+use std::sync::Arc;
+
+use memmap2::{Advice, MmapOptions, MmapRaw};
+
+use crate::allocator::{AllocStats, Allocation, Allocator};
+
+/// What memory backs the arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArenaBacking {
+    /// MAP_HUGETLB pages reserved by the administrator (`vm.nr_hugepages`).
+    ExplicitHugepages { page_size: u64 },
+    /// Ordinary mapping advised with MADV_HUGEPAGE.
+    TransparentHugepages,
+    /// Ordinary pages.
+    RegularPages,
+}
+
+/// Where the arena lives, for registering it once as one RDMA memory region.
+#[derive(Debug, Clone, Copy)]
+pub struct ArenaInfo {
+    pub ptr: *mut u8,
+    pub len: usize,
+    pub backing: ArenaBacking,
+}
+
+pub(crate) struct MemoryArena {
+    map: MmapRaw,
+    len: usize,
+    backing: ArenaBacking,
+    allocator: Allocator,
+}
+
+impl MemoryArena {
+    /// Maps `max_size` bytes and carves them into `granule`-sized units.
+    pub fn new(max_size: u64, granule: u64) -> io::Result<Arc<Self>> {
+        let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "arena size exceeds usize");
+        let len = usize::try_from(max_size).map_err(|_| too_big())?;
+        let (map, len, backing) = map_with_best_backing(len)?;
+        let granules = max_size / granule;
+        tracing::info!(len, ?backing, "memory arena mapped");
+        Ok(Arc::new(Self {
+            map,
+            len,
+            backing,
+            allocator: Allocator::new(granule, granules),
+        }))
+    }
+
+    pub fn info(&self) -> ArenaInfo {
+        ArenaInfo {
+            ptr: self.map.as_mut_ptr(),
+            len: self.len,
+            backing: self.backing,
+        }
+    }
+
+    pub fn alloc_stats(&self) -> AllocStats {
+        self.allocator.stats()
+    }
+}
+
+/// Exclusive owner of `len` bytes at `offset` inside the arena; frees them on drop.
+pub(crate) struct ArenaBlock {
+    arena: Arc<MemoryArena>,
+    alloc: Allocation,
+    len: usize,
+}
+
+impl ArenaBlock {
+    pub fn allocate(arena: &Arc<MemoryArena>, len: u64) -> Option<Self> {
+        let alloc = arena.allocator.allocate(len)?;
+        debug_assert!(alloc.offset + alloc.reserved <= arena.len as u64);
+        Some(Self {
+            arena: Arc::clone(arena),
+            alloc,
+            len: len as usize,
+        })
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.alloc.offset
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: the range [offset, offset + len) lies inside the live mapping (the allocator
+        // only hands out ranges below the granule count, which fits in `len` of the map), the
+        // mapping outlives `self` because we hold an `Arc` to the arena, and no `&mut` to this
+        // range exists while `&self` is borrowed because this block is its only owner.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.arena.map.as_ptr().add(self.alloc.offset as usize),
+                self.len,
+            )
+        }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as in `as_slice`; additionally `&mut self` proves no other borrow of this
+        // block's bytes is live, and no other block overlaps the range.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.arena.map.as_mut_ptr().add(self.alloc.offset as usize),
+                self.len,
+            )
+        }
+    }
+}
+
+impl Drop for ArenaBlock {
+    fn drop(&mut self) {
+        self.arena.allocator.free(self.alloc);
+    }
+}
+
+const HUGE_2M: u64 = 2 << 20;
+
+fn map_with_best_backing(len: usize) -> io::Result<(MmapRaw, usize, ArenaBacking)> {
+    if let Some(page) = hugetlb_page_size() {
+        let rounded = (len as u64).div_ceil(page) * page;
+        if hugetlb_free_bytes(page) >= rounded
+            && let Ok(m) = MmapOptions::new()
+                .len(rounded as usize)
+                .huge(Some(page.trailing_zeros() as u8))
+                .map_anon()
+        {
+            let backing = ArenaBacking::ExplicitHugepages { page_size: page };
+            return Ok((MmapRaw::from(m), rounded as usize, backing));
+        }
+    }
+    let m = MmapOptions::new().len(len).map_anon()?;
+    let backing = if thp_available() && len as u64 >= HUGE_2M && m.advise(Advice::HugePage).is_ok()
+    {
+        ArenaBacking::TransparentHugepages
+    } else {
+        ArenaBacking::RegularPages
+    };
+    Ok((MmapRaw::from(m), len, backing))
+}
+
+fn meminfo_field(name: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with(name))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn hugetlb_page_size() -> Option<u64> {
+    meminfo_field("Hugepagesize:").map(|kib| kib * 1024)
+}
+
+fn hugetlb_free_bytes(page: u64) -> u64 {
+    meminfo_field("HugePages_Free:").unwrap_or(0) * page
+}
+
+fn thp_available() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .map(|s| !s.contains("[never]"))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_writable_and_freed() {
+        let arena = MemoryArena::new(8 << 20, 2 << 20).unwrap();
+        assert_eq!(arena.info().len, 8 << 20);
+        let mut a = ArenaBlock::allocate(&arena, 5000).unwrap();
+        let mut b = ArenaBlock::allocate(&arena, 3 << 20).unwrap();
+        a.as_mut_slice().fill(1);
+        b.as_mut_slice().fill(2);
+        assert!(a.as_slice().iter().all(|&x| x == 1));
+        assert!(b.as_slice().iter().all(|&x| x == 2));
+        assert!(ArenaBlock::allocate(&arena, 5 << 20).is_none());
+        drop(b);
+        assert!(ArenaBlock::allocate(&arena, 5 << 20).is_some());
+        drop(a);
+        assert_eq!(arena.alloc_stats().granules_used, 0);
+    }
+}

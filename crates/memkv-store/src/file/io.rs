@@ -1,0 +1,74 @@
+//! The I/O seam: everything above this trait addresses drives by byte offset only, so a direct
+//! NVMe backend (io_uring + O_DIRECT) can slot in without touching the index or journal.
+//! Callers already keep journal writes page-aligned; data writes start at extent boundaries.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Positional, synchronous block I/O on one drive.
+pub(crate) trait ExtentIo: Send + Sync {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// Makes every completed write durable (data only; metadata as needed to read it back).
+    fn sync(&self) -> io::Result<()>;
+    fn len(&self) -> u64;
+    fn path(&self) -> &Path;
+}
+
+/// A drive that is a regular file, accessed through the page cache.
+pub(crate) struct FileDrive {
+    file: File,
+    path: PathBuf,
+    len: u64,
+}
+
+impl FileDrive {
+    /// Opens (creating if needed) `path`. `size`: grow the file to this length; `None` keeps
+    /// a non-empty file's length or makes an empty one `default_size` bytes (sparse).
+    pub fn open(path: &Path, size: Option<u64>, default_size: u64) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        let current = file.metadata()?.len();
+        let len = match size {
+            Some(s) => s.max(current),
+            None if current == 0 => default_size,
+            None => current,
+        };
+        if len != current {
+            file.set_len(len)?;
+        }
+        Ok(Self {
+            file,
+            path: path.to_owned(),
+            len,
+        })
+    }
+}
+
+impl ExtentIo for FileDrive {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(buf, offset)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}

@@ -1,0 +1,256 @@
+//! File mode: values in fixed-size extents striped over drive files, located by an in-memory
+//! index that an on-disk journal (drive 0) rebuilds after a restart. Every read is verified
+//! against the value's xxh3-64; a mismatch is counted, journaled as a delete and reported as a
+//! miss.
+
+mod commit;
+mod extents;
+pub(crate) mod io;
+mod journal;
+mod open;
+mod superblock;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use xxhash_rust::xxh3::Xxh3Default;
+
+use crate::config::DriveConfig;
+use crate::error::{Result, StoreError};
+use crate::index::Index;
+use crate::stats::DeviceStats;
+use commit::{GroupCommit, Op};
+use extents::{ExtentAllocator, ExtentSet, split_extent};
+use io::ExtentIo;
+use journal::Journal;
+
+pub(crate) use journal::MAX_EXTENTS_PER_VALUE;
+pub(crate) use superblock::FORMAT_VERSION;
+
+/// A committed value's location. Its extents are freed when the last holder drops it.
+pub(crate) struct FileBlock {
+    pub extents: ExtentSet,
+    pub len: u64,
+    pub checksum: u64,
+}
+
+/// Extents reserved for a value being written.
+pub(crate) struct FileSpace {
+    extents: ExtentSet,
+    len: u64,
+    hasher: Xxh3Default,
+    /// Bytes hashed in order so far; `None` once writes arrived out of order.
+    hashed: Option<u64>,
+}
+
+impl FileSpace {
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+pub(crate) struct FileBackend {
+    drives: Vec<Arc<dyn ExtentIo>>,
+    block_size: u64,
+    data_offset: u64,
+    extents: Arc<ExtentAllocator>,
+    pub index: Index<FileBlock>,
+    journal: Mutex<Journal>,
+    group: GroupCommit,
+    value_bytes: AtomicU64,
+    failed: AtomicBool,
+}
+
+impl FileBackend {
+    pub fn open(drives: &[DriveConfig], block_size: u64) -> Result<Self> {
+        open::open(drives, block_size)
+    }
+
+    fn extents_for(&self, len: u64) -> usize {
+        len.div_ceil(self.block_size).max(1) as usize
+    }
+
+    pub fn try_allocate(&self, len: u64) -> Option<FileSpace> {
+        let extents = self.extents.allocate(self.extents_for(len))?;
+        Some(FileSpace {
+            extents,
+            len,
+            hasher: Xxh3Default::new(),
+            hashed: Some(0),
+        })
+    }
+
+    /// Calls `f(drive, drive_offset, range_in_value)` for each extent piece of `[off, off+len)`.
+    fn for_each_piece(
+        &self,
+        ids: &[u64],
+        off: u64,
+        len: u64,
+        mut f: impl FnMut(&dyn ExtentIo, u64, std::ops::Range<usize>) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let mut pos = off;
+        let end = off + len;
+        while pos < end {
+            let k = (pos / self.block_size) as usize;
+            let within = pos % self.block_size;
+            let n = (self.block_size - within).min(end - pos);
+            let (d, i) = split_extent(ids[k]);
+            let at = self.data_offset + u64::from(i) * self.block_size + within;
+            f(
+                &*self.drives[d],
+                at,
+                (pos - off) as usize..(pos - off + n) as usize,
+            )?;
+            pos += n;
+        }
+        Ok(())
+    }
+
+    pub fn write_space(&self, space: &mut FileSpace, off: u64, data: &[u8]) -> Result<()> {
+        let len = data.len() as u64;
+        if off.checked_add(len).is_none_or(|end| end > space.len) {
+            return Err(StoreError::BadRequest(format!(
+                "write of {len} bytes at {off} exceeds the reservation length {}",
+                space.len
+            )));
+        }
+        self.for_each_piece(&space.extents.ids, off, len, |io, at, r| {
+            io.write_at(at, &data[r])
+        })?;
+        space.hashed = match space.hashed {
+            Some(h) if h == off => {
+                space.hasher.update(data);
+                Some(h + len)
+            }
+            _ => None,
+        };
+        Ok(())
+    }
+
+    fn read_extents(&self, ids: &[u64], len: u64, buf: &mut [u8]) -> std::io::Result<u64> {
+        let mut hasher = Xxh3Default::new();
+        self.for_each_piece(ids, 0, len, |io, at, r| {
+            io.read_at(at, &mut buf[r.clone()])?;
+            hasher.update(&buf[r]);
+            Ok(())
+        })?;
+        Ok(hasher.digest())
+    }
+
+    /// Journals the value durably, then publishes it. `verify`: check the bytes hash to
+    /// `checksum` first (reading them back if they were written out of order).
+    pub fn commit(
+        &self,
+        key: &[u8],
+        mut space: FileSpace,
+        checksum: u64,
+        verify: bool,
+    ) -> Result<()> {
+        if verify {
+            let actual = match space.hashed {
+                Some(h) if h == space.len => space.hasher.digest(),
+                _ => {
+                    let mut buf = vec![0; space.len as usize];
+                    self.read_extents(&space.extents.ids, space.len, &mut buf)?
+                }
+            };
+            if actual != checksum {
+                return Err(StoreError::ChecksumMismatch {
+                    expected: checksum,
+                    actual,
+                });
+            }
+        }
+        space.hashed = None;
+        let block = Arc::new(FileBlock {
+            extents: space.extents,
+            len: space.len,
+            checksum,
+        });
+        self.submit(Op::Commit {
+            key: key.into(),
+            block,
+        })?;
+        Ok(())
+    }
+
+    /// Reads and verifies `key` into `buf`. `Ok(None)`: missing, or found corrupt (then it is
+    /// counted in `failures` and dropped).
+    pub fn read_into(
+        &self,
+        key: &[u8],
+        buf: &mut Vec<u8>,
+        failures: &AtomicU64,
+    ) -> Result<Option<u64>> {
+        let Some(block) = self.index.get(key) else {
+            return Ok(None);
+        };
+        buf.resize(block.len as usize, 0);
+        buf.truncate(block.len as usize);
+        let actual = self.read_extents(&block.extents.ids, block.len, buf)?;
+        if actual == block.checksum {
+            return Ok(Some(block.checksum));
+        }
+        failures.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(key = ?String::from_utf8_lossy(key), "checksum mismatch on read; dropping value");
+        buf.clear();
+        self.submit(Op::Delete {
+            key: key.into(),
+            only_if: Some(block),
+        })?;
+        Ok(None)
+    }
+
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        if !self.index.contains(key) {
+            return Ok(false);
+        }
+        self.submit(Op::Delete {
+            key: key.into(),
+            only_if: None,
+        })
+    }
+
+    /// Evicts one value whose bytes nobody is reading. `Ok(false)`: nothing evictable.
+    pub fn evict_one(&self, evictions: &AtomicU64) -> Result<bool> {
+        let Some((key, victim)) = self.index.choose_victim(|_| true) else {
+            return Ok(false);
+        };
+        let removed = self.submit(Op::Delete {
+            key,
+            only_if: Some(victim),
+        })?;
+        if removed {
+            evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(true)
+    }
+
+    pub fn flush(&self) -> Result<()> {
+        for d in &self.drives {
+            d.sync()?;
+        }
+        Ok(())
+    }
+
+    pub fn value_bytes(&self) -> u64 {
+        self.value_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn device_stats(&self) -> Vec<DeviceStats> {
+        let online = !self.failed.load(Ordering::Relaxed);
+        self.extents
+            .usage()
+            .into_iter()
+            .zip(&self.drives)
+            .map(|((total, used), d)| DeviceStats {
+                path: PathBuf::from(d.path()),
+                raw: d.len(),
+                usable: total * self.block_size,
+                used: used * self.block_size,
+                online,
+            })
+            .collect()
+    }
+}

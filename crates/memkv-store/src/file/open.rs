@@ -1,0 +1,236 @@
+//! Opening file mode: format blank drives, or check that formatted drives belong together and
+//! match the config, then rebuild the index by replaying the journal.
+//!
+//! Drive sizing: a configured `size` grows the file to that length; with no size an existing
+//! non-empty file keeps its length and a missing or empty one becomes a 1 GiB sparse file. A
+//! formatted drive keeps the geometry recorded in its superblock.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+
+use super::commit::{BATCH_BYTES, GroupCommit};
+use super::extents::ExtentAllocator;
+use super::io::{ExtentIo, FileDrive};
+use super::journal::{CommitRecord, Journal, MAX_BODY, PAGE, Record, SNAPSHOT_BYTES_PER_ENTRY};
+use super::superblock::{FORMAT_VERSION, Probe, SUPERBLOCK_LEN, Superblock};
+use super::{FileBackend, FileBlock};
+use crate::config::{DEFAULT_DRIVE_SIZE, DriveConfig};
+use crate::error::{Result, StoreError};
+use crate::index::Index;
+
+const DATA_ALIGN: u64 = 1 << 20;
+
+pub(super) fn open(cfgs: &[DriveConfig], block_size: u64) -> Result<FileBackend> {
+    let mut drives: Vec<Arc<dyn ExtentIo>> = Vec::new();
+    let mut probes = Vec::new();
+    for (i, cfg) in cfgs.iter().enumerate() {
+        let name = format!("storage.drives[{i}] ({})", cfg.path.display());
+        let drive = FileDrive::open(&cfg.path, cfg.size, DEFAULT_DRIVE_SIZE)
+            .map_err(|e| StoreError::Io(std::io::Error::new(e.kind(), format!("{name}: {e}"))))?;
+        if drive.len() < SUPERBLOCK_LEN as u64 {
+            return Err(StoreError::BadRequest(format!(
+                "{name} is smaller than one superblock"
+            )));
+        }
+        let mut page = vec![0; SUPERBLOCK_LEN];
+        drive.read_at(0, &mut page)?;
+        probes.push(Superblock::probe(&page, &name)?);
+        drives.push(Arc::new(drive));
+    }
+    let blank = probes.iter().filter(|p| matches!(p, Probe::Blank)).count();
+    let sbs = if blank == probes.len() {
+        format(&drives, block_size)?
+    } else if blank == 0 {
+        let sbs: Vec<Superblock> = probes
+            .into_iter()
+            .map(|p| match p {
+                Probe::Formatted(sb) => sb,
+                Probe::Blank => unreachable!("no blank drives here"),
+            })
+            .collect();
+        check_formatted(&sbs, &drives, block_size)?;
+        sbs
+    } else {
+        return Err(StoreError::Corrupt(format!(
+            "{blank} of {} drives are blank but the others hold a store; refusing to mix them",
+            drives.len()
+        )));
+    };
+    let (mut journal, records) = Journal::replay(
+        Arc::clone(&drives[0]),
+        sbs[0].journal_offset,
+        sbs[0].journal_half_len,
+    )?;
+    let totals: Vec<u64> = sbs.iter().map(|sb| sb.extents).collect();
+    let live = rebuild(records, &totals, block_size);
+    let used: HashSet<u64> = live
+        .iter()
+        .flat_map(|c| c.extents.iter().copied())
+        .collect();
+    let extents = ExtentAllocator::new(totals, &used);
+    let index = Index::new();
+    let mut value_bytes = 0;
+    for c in live {
+        value_bytes += c.len;
+        let block = FileBlock {
+            extents: extents.adopt(c.extents),
+            len: c.len,
+            checksum: c.checksum,
+        };
+        index.insert(&c.key, Arc::new(block));
+    }
+    // A fresh generation, so stale records past the replayed tail can never be mistaken for
+    // new ones.
+    let mut snapshot = Vec::new();
+    index.for_each(|key, b: &Arc<FileBlock>| {
+        snapshot.push(Record::Commit(CommitRecord {
+            key: key.into(),
+            len: b.len,
+            checksum: b.checksum,
+            extents: b.extents.ids.clone(),
+        }))
+    });
+    journal.compact(snapshot.into_iter())?;
+    tracing::info!(
+        drives = drives.len(),
+        values = index.len(),
+        "file store opened"
+    );
+    Ok(FileBackend {
+        drives,
+        block_size,
+        data_offset: sbs[0].data_offset,
+        extents,
+        index,
+        journal: Mutex::new(journal),
+        group: GroupCommit::default(),
+        value_bytes: AtomicU64::new(value_bytes),
+        failed: AtomicBool::new(false),
+    })
+}
+
+/// Applies replayed records in order and drops entries whose extents are invalid or claimed
+/// by a later entry (neither happens unless the journal was damaged in a checksum-consistent way).
+fn rebuild(records: Vec<Record>, totals: &[u64], block_size: u64) -> Vec<CommitRecord> {
+    let mut state: HashMap<Box<[u8]>, (usize, CommitRecord)> = HashMap::new();
+    for (seq, r) in records.into_iter().enumerate() {
+        match r {
+            Record::Commit(c) => {
+                state.insert(c.key.clone(), (seq, c));
+            }
+            Record::Delete { key } => {
+                state.remove(&key);
+            }
+        }
+    }
+    let mut entries: Vec<(usize, CommitRecord)> = state.into_values().collect();
+    entries.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
+    let mut claimed = HashSet::new();
+    let mut live = Vec::new();
+    for (_, c) in entries {
+        let needed = c.len.div_ceil(block_size).max(1) as usize;
+        let valid = c.extents.len() == needed
+            && c.extents.iter().all(|&e| {
+                let (d, i) = super::extents::split_extent(e);
+                totals.get(d).is_some_and(|&n| u64::from(i) < n) && !claimed.contains(&e)
+            });
+        if !valid {
+            tracing::warn!(key = ?String::from_utf8_lossy(&c.key), "journal entry has invalid extents; dropped");
+            continue;
+        }
+        claimed.extend(c.extents.iter().copied());
+        live.push(c);
+    }
+    live
+}
+
+fn format(drives: &[Arc<dyn ExtentIo>], block_size: u64) -> Result<Vec<Superblock>> {
+    let total_extents: u64 = drives.iter().map(|d| d.len() / block_size).sum();
+    let snapshot_max = total_extents * (SNAPSHOT_BYTES_PER_ENTRY + 8);
+    let half_len =
+        (2 * snapshot_max + 2 * BATCH_BYTES + MAX_BODY as u64 + 4 * PAGE).next_multiple_of(PAGE);
+    let journal_offset = SUPERBLOCK_LEN as u64;
+    let data_offset = (journal_offset + 2 * half_len).next_multiple_of(DATA_ALIGN);
+    let seed = format!(
+        "{:?}{}{}",
+        std::time::SystemTime::now(),
+        std::process::id(),
+        drives[0].path().display()
+    );
+    let store_id = xxhash_rust::xxh3::xxh3_128(seed.as_bytes());
+    let mut sbs = Vec::new();
+    for (i, d) in drives.iter().enumerate() {
+        let extents = d.len().saturating_sub(data_offset) / block_size;
+        if extents == 0 {
+            return Err(StoreError::BadRequest(format!(
+                "storage.drives[{i}] ({}) is {} bytes; it needs at least {} (metadata + one block)",
+                d.path().display(),
+                d.len(),
+                data_offset + block_size
+            )));
+        }
+        let sb = Superblock {
+            version: FORMAT_VERSION,
+            store_id,
+            drive_index: i as u32,
+            drive_count: drives.len() as u32,
+            block_size,
+            drive_size: d.len(),
+            data_offset,
+            extents,
+            journal_offset,
+            journal_half_len: half_len,
+        };
+        sbs.push(sb);
+    }
+    Journal::format(Arc::clone(&drives[0]), journal_offset, half_len)?;
+    // Superblocks last: a crash mid-format leaves the drives blank, to be formatted again.
+    for (d, sb) in drives.iter().zip(&sbs) {
+        d.write_at(0, &sb.encode())?;
+        d.sync()?;
+    }
+    Ok(sbs)
+}
+
+fn check_formatted(
+    sbs: &[Superblock],
+    drives: &[Arc<dyn ExtentIo>],
+    block_size: u64,
+) -> Result<()> {
+    let first = &sbs[0];
+    for (i, (sb, d)) in sbs.iter().zip(drives).enumerate() {
+        let name = format!("storage.drives[{i}] ({})", d.path().display());
+        if sb.store_id != first.store_id {
+            return Err(StoreError::Corrupt(format!(
+                "{name} belongs to a different store than storage.drives[0]"
+            )));
+        }
+        if sb.drive_count as usize != drives.len() {
+            return Err(StoreError::BadRequest(format!(
+                "storage.drives lists {} drives but the store was created with {}",
+                drives.len(),
+                sb.drive_count
+            )));
+        }
+        if sb.drive_index as usize != i {
+            return Err(StoreError::BadRequest(format!(
+                "{name} is drive {} of the store; keep the original drive order",
+                sb.drive_index
+            )));
+        }
+        if sb.block_size != block_size {
+            return Err(StoreError::BadRequest(format!(
+                "storage.block_size is {block_size} but the store was formatted with {}",
+                sb.block_size
+            )));
+        }
+        if sb.data_offset + sb.extents * sb.block_size > d.len() {
+            return Err(StoreError::Corrupt(format!(
+                "{name} is {} bytes, smaller than its recorded geometry",
+                d.len()
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,63 @@
+//! Pins for one-sided (RDMA READ) access: a pinned block keeps its arena bytes unchanged and
+//! is skipped by eviction until released or until its lease runs out.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::memory::MemBlock;
+use crate::value::Pinned;
+
+#[derive(Default)]
+pub(crate) struct PinTable {
+    pins: Mutex<HashMap<u64, (Arc<MemBlock>, Instant)>>,
+    next_id: AtomicU64,
+}
+
+impl PinTable {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (Arc<MemBlock>, Instant)>> {
+        self.pins.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn pin(&self, block: Arc<MemBlock>, deadline: Instant) -> Pinned {
+        let pin_id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        block.pins.fetch_add(1, Ordering::AcqRel);
+        let pinned = Pinned {
+            pin_id,
+            arena_offset: block.data.offset(),
+            len: block.data.len() as u64,
+            checksum: block.checksum,
+        };
+        self.lock().insert(pin_id, (block, deadline));
+        pinned
+    }
+
+    pub fn release(&self, pin_id: u64) -> bool {
+        let removed = self.lock().remove(&pin_id);
+        match removed {
+            Some((block, _)) => {
+                block.pins.fetch_sub(1, Ordering::AcqRel);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn reap(&self, now: Instant) -> usize {
+        let mut pins = self.lock();
+        let before = pins.len();
+        pins.retain(|_, (block, deadline)| {
+            let keep = now <= *deadline;
+            if !keep {
+                block.pins.fetch_sub(1, Ordering::AcqRel);
+            }
+            keep
+        });
+        before - pins.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+}

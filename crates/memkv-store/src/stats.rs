@@ -1,0 +1,36 @@
+//! Capacity and health counters reported by [`crate::Store::stats`].
+
+use std::path::PathBuf;
+
+/// Whole-store counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Bytes of memory mapped or of drive space configured.
+    pub raw_bytes: u64,
+    /// Bytes values can occupy (granules or data extents, after metadata).
+    pub usable_bytes: u64,
+    /// Bytes taken by committed values and open reservations, including rounding to size
+    /// classes, granules or extents.
+    pub used_bytes: u64,
+    /// Sum of committed value lengths.
+    pub value_bytes: u64,
+    /// Committed values.
+    pub blocks: u64,
+    pub evictions: u64,
+    /// Values found corrupt on read (dropped, never served).
+    pub checksum_failures: u64,
+    pub open_reservations: u64,
+    pub active_pins: u64,
+    /// One entry per drive in file mode; empty in memory mode.
+    pub per_device: Vec<DeviceStats>,
+}
+
+/// Per-drive counters (file mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceStats {
+    pub path: PathBuf,
+    pub raw: u64,
+    pub usable: u64,
+    pub used: u64,
+    pub online: bool,
+}

@@ -1,0 +1,370 @@
+//! The public [`Store`]: one API over memory and file mode.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::arena::ArenaInfo;
+use crate::config::{EvictionPolicy, StoreConfig, StoreMode, check_key};
+use crate::error::{Result, StoreError};
+use crate::file::{FileBackend, MAX_EXTENTS_PER_VALUE};
+use crate::memory::{MemoryBackend, copy_and_hash};
+use crate::pins::PinTable;
+use crate::reservation::{Reservation, ReservationTable, Space};
+use crate::stats::StoreStats;
+use crate::value::{Pinned, ValueRef};
+
+const REAP_EVERY: Duration = Duration::from_secs(1);
+
+enum Backend {
+    Memory(MemoryBackend),
+    File(FileBackend),
+}
+
+pub(crate) struct Inner {
+    config: StoreConfig,
+    backend: Backend,
+    pub(crate) reservations: ReservationTable,
+    pins: PinTable,
+    evictions: AtomicU64,
+    checksum_failures: AtomicU64,
+    started: Instant,
+    last_reap_ms: AtomicU64,
+    closed: AtomicBool,
+    /// Largest value that can fit at all (config limit and capacity).
+    value_limit: u64,
+}
+
+impl Inner {
+    pub(crate) fn file_backend(&self) -> Result<&FileBackend> {
+        match &self.backend {
+            Backend::File(f) => Ok(f),
+            Backend::Memory(_) => Err(StoreError::BadRequest("store is in memory mode".into())),
+        }
+    }
+}
+
+/// A KV block store; cheap to share (`Send + Sync`, every method takes `&self`).
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl Store {
+    /// Validates `config` and opens the store (mapping the arena, or formatting / replaying
+    /// the drives).
+    pub fn open(config: StoreConfig) -> Result<Self> {
+        config.validate()?;
+        let (backend, capacity) = match &config.mode {
+            StoreMode::Memory {
+                max_size,
+                block_size,
+            } => {
+                let m = MemoryBackend::new(*max_size, *block_size)?;
+                let cap = (max_size / block_size) * block_size;
+                (Backend::Memory(m), cap)
+            }
+            StoreMode::File { drives, block_size } => {
+                let per_value = MAX_EXTENTS_PER_VALUE as u64 * block_size;
+                if config.max_value_size > per_value {
+                    return Err(StoreError::BadRequest(format!(
+                        "max_value_size {} exceeds {MAX_EXTENTS_PER_VALUE} extents of storage.block_size ({per_value} bytes)",
+                        config.max_value_size
+                    )));
+                }
+                let f = FileBackend::open(drives, *block_size)?;
+                let cap = f.device_stats().iter().map(|d| d.usable).sum();
+                (Backend::File(f), cap)
+            }
+        };
+        let value_limit = config.max_value_size.min(capacity);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                backend,
+                reservations: ReservationTable::default(),
+                pins: PinTable::default(),
+                evictions: AtomicU64::new(0),
+                checksum_failures: AtomicU64::new(0),
+                started: Instant::now(),
+                last_reap_ms: AtomicU64::new(0),
+                closed: AtomicBool::new(false),
+                value_limit,
+            }),
+        })
+    }
+
+    fn check_writable(&self, key: &[u8], len: u64) -> Result<()> {
+        check_key(key)?;
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(StoreError::BadRequest("store is closed".into()));
+        }
+        if len > self.inner.value_limit {
+            return Err(StoreError::TooLarge {
+                what: "value",
+                len,
+                limit: self.inner.value_limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Finds room for `len` bytes, reclaiming expired reservations and evicting if allowed.
+    fn reserve_space(&self, len: u64) -> Result<Space> {
+        self.maybe_reap();
+        let mut reaped = false;
+        loop {
+            let space = match &self.inner.backend {
+                Backend::Memory(m) => m.try_allocate(len).map(Space::Memory),
+                Backend::File(f) => f.try_allocate(len).map(Space::File),
+            };
+            if let Some(s) = space {
+                return Ok(s);
+            }
+            if !reaped {
+                reaped = true;
+                if self.reap_expired() > 0 {
+                    continue;
+                }
+            }
+            if self.inner.config.eviction == EvictionPolicy::None {
+                return Err(StoreError::Full(format!(
+                    "no room for {len} bytes and eviction is disabled"
+                )));
+            }
+            if !self.evict_one()? {
+                return Err(StoreError::Full(format!(
+                    "no room for {len} bytes and nothing is evictable (pinned or reserved)"
+                )));
+            }
+        }
+    }
+
+    /// Evicts one committed, unpinned value (approximate LRU). `Ok(false)`: nothing evictable.
+    pub fn evict_one(&self) -> Result<bool> {
+        match &self.inner.backend {
+            Backend::Memory(m) => {
+                let evicted = m.evict_one();
+                if evicted {
+                    self.inner.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(evicted)
+            }
+            Backend::File(f) => f.evict_one(&self.inner.evictions),
+        }
+    }
+
+    /// Reserves `len` bytes for `key`. The value stays invisible until committed.
+    pub fn allocate(&self, key: &[u8], len: u64) -> Result<Reservation> {
+        self.check_writable(key, len)?;
+        let space = self.reserve_space(len)?;
+        let deadline = Instant::now() + self.inner.config.reservation_lease;
+        let id = self.inner.reservations.open(key, deadline);
+        Ok(Reservation {
+            id,
+            space: Some(space),
+            store: Arc::clone(&self.inner),
+        })
+    }
+
+    /// Commits a reservation through its handle once its bytes hash (xxh3-64) to `checksum`,
+    /// atomically replacing any previous value. On mismatch the reservation is freed.
+    pub fn commit(&self, mut reservation: Reservation, checksum: u64) -> Result<()> {
+        let space = reservation
+            .space
+            .take()
+            .ok_or(StoreError::UnknownReservation(reservation.id))?;
+        let key = self
+            .inner
+            .reservations
+            .finish_held(reservation.id, Instant::now())?;
+        self.commit_space(&key, space, checksum, true)
+    }
+
+    /// Commits a reservation whose handle was dropped (e.g. filled by a remote RDMA WRITE).
+    pub fn commit_id(&self, id: u64, checksum: u64) -> Result<()> {
+        let (key, space) = self.inner.reservations.finish_parked(id, Instant::now())?;
+        self.commit_space(&key, space, checksum, true)
+    }
+
+    /// Cancels a reservation; its space is reclaimed.
+    pub fn abort(&self, id: u64) -> Result<()> {
+        self.inner.reservations.abort(id)
+    }
+
+    fn commit_space(&self, key: &[u8], space: Space, checksum: u64, verify: bool) -> Result<()> {
+        match (&self.inner.backend, space) {
+            (Backend::Memory(m), Space::Memory(b)) => m.commit(key, b, checksum, verify),
+            (Backend::File(f), Space::File(s)) => f.commit(key, s, checksum, verify),
+            _ => Err(StoreError::BadRequest(
+                "reservation belongs to another mode".into(),
+            )),
+        }
+    }
+
+    /// Stores `value` under `key` in one step.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_writable(key, value.len() as u64)?;
+        match self.reserve_space(value.len() as u64)? {
+            Space::Memory(mut b) => {
+                let sum = copy_and_hash(b.as_mut_slice(), value);
+                self.commit_space(key, Space::Memory(b), sum, false)
+            }
+            Space::File(mut s) => {
+                let f = self.inner.file_backend()?;
+                f.write_space(&mut s, 0, value)?;
+                // The hash was computed while writing in order; commit compares the same digest.
+                let sum = xxhash_rust::xxh3::xxh3_64(value);
+                f.commit(key, s, sum, false)
+            }
+        }
+    }
+
+    /// The value under `key`: zero-copy in memory mode, a verified copy in file mode.
+    pub fn get(&self, key: &[u8]) -> Result<Option<ValueRef>> {
+        check_key(key)?;
+        match &self.inner.backend {
+            Backend::Memory(m) => Ok(m.get(key).map(ValueRef::arena)),
+            Backend::File(f) => {
+                let mut buf = Vec::new();
+                let sum = f.read_into(key, &mut buf, &self.inner.checksum_failures)?;
+                Ok(sum.map(|s| ValueRef::owned(buf, s)))
+            }
+        }
+    }
+
+    /// Copies the value into `buf` (resized to fit) and returns its checksum.
+    pub fn read_into(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<u64>> {
+        check_key(key)?;
+        match &self.inner.backend {
+            Backend::Memory(m) => Ok(m.get(key).map(|b| {
+                buf.clear();
+                buf.extend_from_slice(b.data.as_slice());
+                b.checksum
+            })),
+            Backend::File(f) => f.read_into(key, buf, &self.inner.checksum_failures),
+        }
+    }
+
+    /// Pins the value for a one-sided read of `len` bytes at `arena_offset` (memory mode).
+    /// The pin lasts until [`Self::release`] or `lease` (capped at the configured pin lease).
+    pub fn lookup(&self, key: &[u8], lease: Duration) -> Result<Option<Pinned>> {
+        check_key(key)?;
+        self.maybe_reap();
+        let Backend::Memory(m) = &self.inner.backend else {
+            return Err(StoreError::BadRequest(
+                "lookup pins arena memory and needs memory mode; use get/read_into".into(),
+            ));
+        };
+        let lease = lease.min(self.inner.config.pin_lease);
+        Ok(m.get(key)
+            .map(|b| self.inner.pins.pin(b, Instant::now() + lease)))
+    }
+
+    /// Ends a pin; `false` if it was unknown or already expired.
+    pub fn release(&self, pin_id: u64) -> bool {
+        self.inner.pins.release(pin_id)
+    }
+
+    /// Reclaims expired reservations and pins; returns how many. Run it on a timer; the store
+    /// also calls it now and then on its own.
+    pub fn reap_expired(&self) -> usize {
+        let now = Instant::now();
+        let ms = now.duration_since(self.inner.started).as_millis() as u64;
+        self.inner.last_reap_ms.store(ms, Ordering::Relaxed);
+        self.inner.reservations.reap(now) + self.inner.pins.reap(now)
+    }
+
+    fn maybe_reap(&self) {
+        let now_ms = self.inner.started.elapsed().as_millis() as u64;
+        let last = self.inner.last_reap_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) >= REAP_EVERY.as_millis() as u64 {
+            self.reap_expired();
+        }
+    }
+
+    /// Removes `key`; `true` if it existed. In file mode the delete is durable on return.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        check_key(key)?;
+        match &self.inner.backend {
+            Backend::Memory(m) => Ok(m.delete(key)),
+            Backend::File(f) => f.delete(key),
+        }
+    }
+
+    /// Whether a committed value exists (reservations are invisible).
+    pub fn exists(&self, key: &[u8]) -> bool {
+        check_key(key).is_ok()
+            && match &self.inner.backend {
+                Backend::Memory(m) => m.index.contains(key),
+                Backend::File(f) => f.index.contains(key),
+            }
+    }
+
+    pub fn put_batch(&self, items: &[(&[u8], &[u8])]) -> Vec<Result<()>> {
+        items.iter().map(|(k, v)| self.put(k, v)).collect()
+    }
+
+    pub fn get_batch(&self, keys: &[&[u8]]) -> Vec<Result<Option<ValueRef>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+
+    pub fn exists_batch(&self, keys: &[&[u8]]) -> Vec<bool> {
+        keys.iter().map(|k| self.exists(k)).collect()
+    }
+
+    pub fn delete_batch(&self, keys: &[&[u8]]) -> Vec<Result<bool>> {
+        keys.iter().map(|k| self.delete(k)).collect()
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let i = &self.inner;
+        let mut s = StoreStats {
+            evictions: i.evictions.load(Ordering::Relaxed),
+            checksum_failures: i.checksum_failures.load(Ordering::Relaxed),
+            open_reservations: i.reservations.len() as u64,
+            active_pins: i.pins.len() as u64,
+            ..StoreStats::default()
+        };
+        match &i.backend {
+            Backend::Memory(m) => {
+                let a = m.arena.alloc_stats();
+                s.raw_bytes = m.info().len as u64;
+                s.usable_bytes = a.granules_total * m.granule();
+                s.used_bytes = a.reserved_bytes;
+                s.value_bytes = m.value_bytes();
+                s.blocks = m.index.len() as u64;
+            }
+            Backend::File(f) => {
+                s.per_device = f.device_stats();
+                s.raw_bytes = s.per_device.iter().map(|d| d.raw).sum();
+                s.usable_bytes = s.per_device.iter().map(|d| d.usable).sum();
+                s.used_bytes = s.per_device.iter().map(|d| d.used).sum();
+                s.value_bytes = f.value_bytes();
+                s.blocks = f.index.len() as u64;
+            }
+        }
+        s
+    }
+
+    /// The arena to register for RDMA (memory mode).
+    pub fn arena(&self) -> Option<ArenaInfo> {
+        match &self.inner.backend {
+            Backend::Memory(m) => Some(m.info()),
+            Backend::File(_) => None,
+        }
+    }
+
+    /// Makes everything written so far durable (file mode; a no-op in memory mode).
+    pub fn flush(&self) -> Result<()> {
+        match &self.inner.backend {
+            Backend::Memory(_) => Ok(()),
+            Backend::File(f) => f.flush(),
+        }
+    }
+
+    /// Flushes and refuses further writes. Reads keep working until the store is dropped.
+    pub fn close(&self) -> Result<()> {
+        self.inner.closed.store(true, Ordering::Release);
+        self.flush()
+    }
+}

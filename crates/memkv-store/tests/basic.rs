@@ -1,0 +1,228 @@
+//! End-to-end behaviour of the public API in both modes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TempDir, file_config};
+use memkv_store::{EvictionPolicy, Store, StoreConfig, StoreError, checksum};
+
+fn both_modes(dir: &TempDir) -> Vec<(&'static str, Store)> {
+    vec![
+        (
+            "memory",
+            Store::open(StoreConfig::memory(16 << 20)).unwrap(),
+        ),
+        (
+            "file",
+            Store::open(file_config(dir, 2, 64 << 20, 1 << 20)).unwrap(),
+        ),
+    ]
+}
+
+#[test]
+fn put_get_delete_and_two_phase() {
+    let dir = TempDir::new("basic");
+    for (mode, store) in both_modes(&dir) {
+        store.put(b"a", b"hello").unwrap();
+        assert_eq!(&*store.get(b"a").unwrap().unwrap(), b"hello", "{mode}");
+        let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        store.put(b"big", &big).unwrap();
+        let mut buf = Vec::new();
+        assert_eq!(
+            store.read_into(b"big", &mut buf).unwrap(),
+            Some(checksum(&big))
+        );
+        assert!(buf == big, "{mode}");
+        store.put(b"empty", b"").unwrap();
+        assert_eq!(store.get(b"empty").unwrap().unwrap().len(), 0);
+
+        let mut r = store.allocate(b"two", 10).unwrap();
+        r.write_at(0, b"01234").unwrap();
+        r.write_at(5, b"56789").unwrap();
+        assert!(!store.exists(b"two"), "{mode}: reservation visible");
+        assert!(store.get(b"two").unwrap().is_none());
+        let e = store.commit(r, 42).unwrap_err();
+        assert!(
+            matches!(e, StoreError::ChecksumMismatch { .. }),
+            "{mode}: {e}"
+        );
+        assert!(!store.exists(b"two"));
+
+        let mut r = store.allocate(b"two", 10).unwrap();
+        r.write_at(5, b"56789").unwrap();
+        r.write_at(0, b"01234").unwrap();
+        store.commit(r, checksum(b"0123456789")).unwrap();
+        assert_eq!(&*store.get(b"two").unwrap().unwrap(), b"0123456789");
+
+        // Commit by id after the handle is dropped; abort; unknown ids.
+        let mut r = store.allocate(b"byid", 3).unwrap();
+        r.write_at(0, b"xyz").unwrap();
+        let id = r.id();
+        drop(r);
+        store.commit_id(id, checksum(b"xyz")).unwrap();
+        assert_eq!(&*store.get(b"byid").unwrap().unwrap(), b"xyz");
+        assert!(matches!(
+            store.commit_id(id, 0),
+            Err(StoreError::UnknownReservation(_))
+        ));
+        let r = store.allocate(b"gone", 3).unwrap();
+        let id = r.id();
+        drop(r);
+        store.abort(id).unwrap();
+        assert!(matches!(
+            store.abort(id),
+            Err(StoreError::UnknownReservation(_))
+        ));
+
+        assert!(store.delete(b"a").unwrap());
+        assert!(!store.delete(b"a").unwrap());
+        assert!(!store.exists(b"a"));
+        let results = store.exists_batch(&[b"big", b"a", b"two"]);
+        assert_eq!(results, vec![true, false, true]);
+        let s = store.stats();
+        assert_eq!(s.blocks, 4, "{mode}: {s:?}");
+        assert!(
+            s.used_bytes >= s.value_bytes && s.usable_bytes <= s.raw_bytes,
+            "{s:?}"
+        );
+        assert!(matches!(
+            store.put(&[7; 1025], b"x"),
+            Err(StoreError::TooLarge {
+                what: "key",
+                limit: 1024,
+                ..
+            })
+        ));
+        assert!(matches!(
+            store.put(b"huge", &vec![0; 200 << 20]),
+            Err(StoreError::TooLarge { what: "value", .. })
+        ));
+        store.close().unwrap();
+    }
+}
+
+#[test]
+fn reservation_lease_expires_and_space_returns() {
+    let mut cfg = StoreConfig::memory(4 << 20);
+    cfg.reservation_lease = Duration::from_millis(20);
+    cfg.eviction = EvictionPolicy::None;
+    let store = Store::open(cfg).unwrap();
+    let r = store.allocate(b"k", 4 << 20).unwrap();
+    let id = r.id();
+    drop(r);
+    assert!(matches!(
+        store.allocate(b"k2", 1 << 20),
+        Err(StoreError::Full(_))
+    ));
+    std::thread::sleep(Duration::from_millis(30));
+    // Allocation reclaims the expired reservation on its own.
+    let r2 = store.allocate(b"k2", 1 << 20).unwrap();
+    assert!(matches!(
+        store.commit_id(id, 0),
+        Err(StoreError::LeaseExpired(_))
+    ));
+    drop(r2);
+}
+
+#[test]
+fn eviction_lru_and_none_and_pins() {
+    let mut cfg = StoreConfig::memory(8 << 20);
+    cfg.eviction = EvictionPolicy::None;
+    let store = Store::open(cfg.clone()).unwrap();
+    for i in 0..4u8 {
+        store.put(&[i], &vec![i; 2 << 20]).unwrap();
+    }
+    assert!(matches!(
+        store.put(b"x", &[1; 2 << 20]),
+        Err(StoreError::Full(_))
+    ));
+
+    cfg.eviction = EvictionPolicy::Lru;
+    let store = Store::open(cfg).unwrap();
+    for i in 0..4u8 {
+        store.put(&[i], &vec![i; 2 << 20]).unwrap();
+    }
+    let pin = store.lookup(&[0], Duration::from_secs(5)).unwrap().unwrap();
+    assert_eq!(pin.len, 2 << 20);
+    let held = store.get(&[1]).unwrap().unwrap();
+    for i in 10..20u8 {
+        store.put(&[i], &vec![i; 2 << 20]).unwrap();
+    }
+    assert!(store.exists(&[0]), "pinned block was evicted");
+    assert!(!store.exists(&[1]));
+    assert!(
+        held.iter().all(|&b| b == 1),
+        "evicted bytes changed under a reader"
+    );
+    assert!(store.stats().evictions >= 4);
+    assert!(store.release(pin.pin_id));
+    assert!(!store.release(pin.pin_id));
+    // With everything pinned nothing can be evicted.
+    let pins: Vec<_> = [16u8, 17, 18, 19]
+        .iter()
+        .filter_map(|k| store.lookup(&[*k], Duration::from_secs(5)).unwrap())
+        .collect();
+    drop(held);
+    let _ = pins;
+    let info = store.arena().unwrap();
+    assert_eq!(info.len, 8 << 20);
+    assert!(!info.ptr.is_null());
+}
+
+#[test]
+fn file_mode_survives_reopen_and_detects_corruption() {
+    let dir = TempDir::new("reopen");
+    let cfg = file_config(&dir, 2, 64 << 20, 1 << 20);
+    let big: Vec<u8> = (0..2_500_000u32).map(|i| (i * 7) as u8).collect();
+    {
+        let store = Store::open(cfg.clone()).unwrap();
+        store.put(b"k1", &big).unwrap();
+        store.put(b"k2", b"small").unwrap();
+        store.put(b"k3", b"gone").unwrap();
+        store.delete(b"k3").unwrap();
+    }
+    let store = Store::open(cfg.clone()).unwrap();
+    assert!(*store.get(b"k1").unwrap().unwrap() == big[..]);
+    assert_eq!(&*store.get(b"k2").unwrap().unwrap(), b"small");
+    assert!(!store.exists(b"k3"));
+    let s = store.stats();
+    assert_eq!(s.per_device.len(), 2);
+    assert!(
+        s.per_device.iter().all(|d| d.used > 0),
+        "not striped: {s:?}"
+    );
+    drop(store);
+
+    // Flip a byte inside k2's data: the read is a miss, counted, and the value dropped.
+    common::corrupt_value(&cfg, b"small");
+    let store = Store::open(cfg.clone()).unwrap();
+    assert!(store.get(b"k2").unwrap().is_none());
+    assert_eq!(store.stats().checksum_failures, 1);
+    assert!(!store.exists(b"k2"));
+    drop(store);
+    let store = Store::open(cfg).unwrap();
+    assert!(!store.exists(b"k2"), "dropped value came back");
+    assert!(store.exists(b"k1"));
+}
+
+#[test]
+fn file_mode_refuses_newer_format_and_wrong_geometry() {
+    let dir = TempDir::new("version");
+    let cfg = file_config(&dir, 1, 32 << 20, 1 << 20);
+    drop(Store::open(cfg.clone()).unwrap());
+    let mut wrong = cfg.clone();
+    if let memkv_store::StoreMode::File { block_size, .. } = &mut wrong.mode {
+        *block_size = 2 << 20;
+    }
+    let e = Store::open(wrong).err().unwrap().to_string();
+    assert!(e.contains("storage.block_size"), "{e}");
+    common::bump_format_version(&cfg);
+    match Store::open(cfg) {
+        Err(StoreError::UnsupportedVersion { found, supported }) => {
+            assert_eq!(found, memkv_store::FILE_FORMAT_VERSION + 1);
+            assert_eq!(supported, memkv_store::FILE_FORMAT_VERSION);
+        }
+        other => panic!("expected UnsupportedVersion, got {:?}", other.err()),
+    }
+}
