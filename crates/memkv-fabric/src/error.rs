@@ -106,4 +106,7 @@ pub enum FabricError {
 
     #[error("no RDMA port {device} port {port}")]
     UnknownPort { device: String, port: u8 },
+
+    #[error("no usable RDMA port on {device}: {reason}")]
+    NoRdmaPort { device: String, reason: String },
 }

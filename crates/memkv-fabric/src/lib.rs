@@ -6,6 +6,8 @@
 //!   ([`plan_port`]) and per peer ([`build_address`]), each refusal a named [`FabricError`].
 //! - Runtime ([`events`], [`verbs_events`]): cached LID and port state kept current by the
 //!   device's async event queue.
+//! - [`Fabric`]: the startup entry point tying these together for the server, client and
+//!   data plane.
 //! - `net show` ([`show`], [`report`], [`render`]).
 //! - [`doubles`]: labelled test doubles for hardware the project's machines lack.
 
@@ -15,6 +17,7 @@ pub mod discover;
 pub mod doubles;
 pub mod error;
 pub mod events;
+pub mod fabric;
 pub mod gid;
 pub mod mtu;
 pub mod pkey;
@@ -33,6 +36,7 @@ pub use config::{
 pub use dcb::parse_dcb_reply;
 pub use error::FabricError;
 pub use events::{AsyncEvent, AsyncEventKind, AsyncEventSource, EventWatcher, PortRuntime};
+pub use fabric::Fabric;
 pub use policy::{
     AddressPlan, GrhPlan, PeerEndpoint, PortPlan, Transport, build_address, plan_port,
 };

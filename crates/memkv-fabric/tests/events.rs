@@ -159,3 +159,56 @@ fn watcher_thread_applies_events_without_a_restart() {
     assert_eq!(runtime.lid("mlx5_0", 1), Ok(0x77));
     watcher.stop();
 }
+
+#[test]
+fn fabric_entry_point_tracks_lid_changes_from_its_watchers() {
+    use memkv_fabric::Fabric;
+    use memkv_fabric::doubles::FixtureVerbs;
+    use memkv_fabric::show::FabricSources;
+    let tree = TempTree::copy_of("ib-two-subnets");
+    let verbs = FixtureVerbs::new(tree.sysfs());
+    let dcb = common::fixture_dcb();
+    let sources = FabricSources {
+        sysfs: SysfsReader::new(tree.sysfs()),
+        verbs: &verbs,
+        dcb: &dcb,
+    };
+    let reader = Arc::new(SysfsReader::new(tree.sysfs()));
+    let mut fabric = Fabric::plan(
+        &sources,
+        &FabricConfig::default(),
+        &["mlx5_1".into()],
+        reader,
+    )
+    .unwrap();
+    assert_eq!(fabric.plans().len(), 1, "device filter keeps mlx5_1 only");
+    assert!(matches!(
+        fabric.port("mlx5_0", 1),
+        Err(FabricError::UnknownPort { .. })
+    ));
+    assert_eq!(fabric.usable_port(None).unwrap().facts.device, "mlx5_1");
+    let (source, sender) = SimulatedEventSource::new("mlx5_1");
+    fabric.watch(vec![Box::new(source)]);
+    assert_eq!(fabric.local_endpoint("mlx5_1", 1).unwrap().lid, Some(0x22));
+    tree.set_port_file("mlx5_1", "lid", "0x99");
+    sender.send(event(AsyncEventKind::SmChange));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fabric.events_applied() < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(fabric.local_endpoint("mlx5_1", 1).unwrap().lid, Some(0x99));
+}
+
+#[test]
+fn fabric_on_a_host_without_rdma_has_no_ports_and_says_why() {
+    use memkv_fabric::Fabric;
+    let fabric = Fabric::start(&FabricConfig::default(), &[]).unwrap();
+    if !std::path::Path::new("/sys/class/infiniband").is_dir() {
+        assert!(fabric.plans().is_empty());
+        assert!(fabric.no_devices().is_some());
+        assert!(matches!(
+            fabric.usable_port(Some("mlx5_0")),
+            Err(FabricError::NoRdmaPort { .. })
+        ));
+    }
+}
