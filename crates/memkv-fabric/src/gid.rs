@@ -74,3 +74,59 @@ pub fn choose_gid(facts: &PortFacts, configured: Option<u32>) -> Result<GidChoic
         port: facts.port,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{LinkLayer, test_port};
+
+    const V1: GidType = GidType::RoceV1;
+    const V2: GidType = GidType::RoceV2;
+
+    #[test]
+    fn ipv4_v2_beats_ipv6_v2_and_v1_entries() {
+        let f = test_port(
+            LinkLayer::Ethernet,
+            &[
+                (0, "fe80::1", V2),
+                (1, "::ffff:10.0.0.1", V1),
+                (2, "2001:db8::1", V2),
+                (4, "::ffff:10.0.0.1", V2),
+            ],
+            &[0xffff],
+        );
+        let c = choose_gid(&f, None).unwrap();
+        assert_eq!((c.index, c.source), (4, ValueSource::Detected));
+        assert!(c.reason.contains("IPv4 10.0.0.1 of eth0"), "{}", c.reason);
+    }
+
+    #[test]
+    fn ipv6_is_the_fallback_and_link_local_is_never_chosen() {
+        let f = test_port(
+            LinkLayer::Ethernet,
+            &[
+                (0, "fe80::1", V2),
+                (1, "::ffff:10.0.0.1", V1),
+                (3, "2001:db8::1", V2),
+            ],
+            &[0xffff],
+        );
+        assert_eq!(choose_gid(&f, None).unwrap().index, 3);
+        let only_ll = test_port(LinkLayer::Ethernet, &[(0, "fe80::1", V2)], &[0xffff]);
+        assert!(matches!(
+            choose_gid(&only_ll, None),
+            Err(FabricError::NoUsableGid { .. })
+        ));
+    }
+
+    #[test]
+    fn configured_index_wins_when_populated() {
+        let f = test_port(LinkLayer::Ethernet, &[(0, "fe80::1", V2)], &[0xffff]);
+        let c = choose_gid(&f, Some(0)).unwrap();
+        assert_eq!((c.index, c.source), (0, ValueSource::Config));
+        assert!(matches!(
+            choose_gid(&f, Some(5)),
+            Err(FabricError::GidIndexNotPopulated { index: 5, .. })
+        ));
+    }
+}

@@ -11,6 +11,7 @@
 //! - `net show` ([`show`], [`report`], [`render`]).
 //! - [`doubles`]: labelled test doubles for hardware the project's machines lack.
 
+pub mod address;
 pub mod config;
 pub mod dcb;
 pub mod discover;

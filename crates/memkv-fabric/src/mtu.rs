@@ -54,3 +54,41 @@ pub fn resolve_mtu(facts: &PortFacts, configured: Option<Mtu>) -> Result<MtuChoi
 pub fn path_mtu(local: Mtu, remote: Mtu) -> Mtu {
     local.min(remote)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{LinkLayer, test_port};
+
+    #[test]
+    fn default_is_4096_capped_at_active_and_explicit_above_active_refuses() {
+        let mut f = test_port(LinkLayer::Ethernet, &[], &[0xffff]);
+        f.active_mtu = Some(Mtu::Mtu1024);
+        let d = resolve_mtu(&f, None).unwrap();
+        assert_eq!(
+            (d.effective, d.source),
+            (Mtu::Mtu1024, ValueSource::Default)
+        );
+        assert_eq!(
+            resolve_mtu(&f, Some(Mtu::Mtu2048)),
+            Err(FabricError::MtuAboveActive {
+                configured: Mtu::Mtu2048,
+                active: Mtu::Mtu1024
+            })
+        );
+        assert_eq!(
+            resolve_mtu(&f, Some(Mtu::Mtu1024)).unwrap().effective,
+            Mtu::Mtu1024
+        );
+        f.active_mtu = None;
+        f.verbs_error = Some("ibv_open_device: permission denied".into());
+        let e = resolve_mtu(&f, None).unwrap_err();
+        assert!(e.to_string().contains("permission denied"), "{e}");
+    }
+
+    #[test]
+    fn path_mtu_is_the_smaller_side() {
+        assert_eq!(path_mtu(Mtu::Mtu4096, Mtu::Mtu1024), Mtu::Mtu1024);
+        assert_eq!(path_mtu(Mtu::Mtu512, Mtu::Mtu2048), Mtu::Mtu512);
+    }
+}

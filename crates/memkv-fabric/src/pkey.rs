@@ -47,3 +47,50 @@ pub fn resolve_pkey(facts: &PortFacts, configured: Option<u16>) -> Result<PkeyCh
         source,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{LinkLayer, test_port};
+
+    #[test]
+    fn entries_resolve_to_membership_or_named_refusals() {
+        let f = test_port(
+            LinkLayer::InfiniBand,
+            &[],
+            &[0xffff, 0x0002, 0x0000, 0x8000],
+        );
+        let default = resolve_pkey(&f, None).unwrap();
+        assert_eq!(
+            (default.index, default.membership, default.source),
+            (0, Membership::Full, ValueSource::Default)
+        );
+        assert_eq!(
+            resolve_pkey(&f, Some(1)).unwrap().membership,
+            Membership::Limited
+        );
+        for empty in [2, 3] {
+            assert!(matches!(
+                resolve_pkey(&f, Some(empty)),
+                Err(FabricError::PkeyEntryEmpty { index, .. }) if index == empty
+            ));
+        }
+        assert!(matches!(
+            resolve_pkey(&f, Some(4)),
+            Err(FabricError::PkeyIndexOutOfRange {
+                index: 4,
+                len: 4,
+                ..
+            })
+        ));
+        let no_table = test_port(LinkLayer::Ethernet, &[], &[]);
+        assert!(matches!(
+            resolve_pkey(&no_table, None),
+            Err(FabricError::PkeyIndexOutOfRange {
+                index: 0,
+                len: 0,
+                ..
+            })
+        ));
+    }
+}

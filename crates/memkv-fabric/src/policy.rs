@@ -5,13 +5,12 @@ use crate::config::{FabricConfig, ValueSource};
 use crate::dcb::{DcbDetection, DcbSource};
 use crate::error::FabricError;
 use crate::gid::{GidChoice, choose_gid};
-use crate::mtu::{MtuChoice, path_mtu, resolve_mtu};
+use crate::mtu::{MtuChoice, resolve_mtu};
 use crate::pkey::{PkeyChoice, resolve_pkey};
-use crate::types::{Gid, GidType, LinkLayer, Membership, Mtu, PortFacts, PortState};
+use crate::types::{GidType, LinkLayer, Membership, Mtu, PortFacts};
 use serde::Serialize;
 
-/// Hop limit for RoCEv2 GRHs: enough for any data-centre fabric.
-pub const ROCE_HOP_LIMIT: u8 = 64;
+pub use crate::address::{AddressPlan, GrhPlan, PeerEndpoint, ROCE_HOP_LIMIT, build_address};
 
 /// A value and where it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -123,7 +122,7 @@ impl PortPlan {
         })
     }
 
-    fn no_lid(&self) -> FabricError {
+    pub(crate) fn no_lid(&self) -> FabricError {
         FabricError::NoLid {
             device: self.facts.device.clone(),
             port: self.facts.port,
@@ -131,7 +130,7 @@ impl PortPlan {
     }
 }
 
-fn no_usable_gid(facts: &PortFacts) -> FabricError {
+pub(crate) fn no_usable_gid(facts: &PortFacts) -> FabricError {
     FabricError::NoUsableGid {
         device: facts.device.clone(),
         port: facts.port,
@@ -268,118 +267,4 @@ pub fn plan_port(facts: PortFacts, cfg: &FabricConfig, dcb: &dyn DcbSource) -> P
         warnings,
         config_error: cfg.validate().err(),
     }
-}
-
-/// What a peer advertises about its port (carried by the RDMA bootstrap message).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct PeerEndpoint {
-    /// InfiniBand LID; None on RoCE, or from a peer that sends none.
-    pub lid: Option<u16>,
-    pub gid: Gid,
-    /// The peer's own source GID index (it uses it; we only check it is plausible).
-    pub gid_index: u32,
-    pub subnet_prefix: u64,
-    pub mtu: Mtu,
-    pub pkey_membership: Membership,
-}
-
-/// RoCEv2 global routing header fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct GrhPlan {
-    pub dgid: Gid,
-    pub sgid_index: u32,
-    pub traffic_class: u8,
-    pub hop_limit: u8,
-    pub flow_label: u32,
-}
-
-/// Everything the data plane needs for `ibv_ah_attr` and the RTR transition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct AddressPlan {
-    pub port: u8,
-    /// 0 on RoCE (the GRH carries the address).
-    pub dest_lid: u16,
-    pub service_level: u8,
-    pub grh: Option<GrhPlan>,
-    pub path_mtu: Mtu,
-    pub pkey_index: u16,
-}
-
-/// Builds the address of `peer` as seen from this port. `local_lid` and `state` come from the
-/// runtime cache (see [`crate::events::PortRuntime`]).
-pub fn build_address(
-    plan: &PortPlan,
-    local_lid: Option<u16>,
-    state: PortState,
-    peer: &PeerEndpoint,
-) -> Result<AddressPlan, FabricError> {
-    plan.usable()?;
-    let facts = &plan.facts;
-    let pkey = plan.pkey.as_ref().map_err(Clone::clone)?;
-    let mtu = plan.mtu.as_ref().map_err(Clone::clone)?;
-    let ib = facts.link_layer == LinkLayer::InfiniBand;
-    if ib && local_lid.filter(|l| *l != 0).is_none() {
-        return Err(plan.no_lid());
-    }
-    if !state.is_active() {
-        return Err(FabricError::PortNotActive {
-            device: facts.device.clone(),
-            port: facts.port,
-            state,
-        });
-    }
-    if pkey.membership == Membership::Limited && peer.pkey_membership == Membership::Limited {
-        return Err(FabricError::BothLimitedMembers {
-            pkey_index: pkey.index,
-        });
-    }
-    let path_mtu = path_mtu(mtu.effective, peer.mtu);
-    if ib {
-        let dest_lid = peer
-            .lid
-            .filter(|l| *l != 0)
-            .ok_or(FabricError::PeerSentNoLidOnInfiniband)?;
-        let local = facts.subnet_prefix().unwrap_or_default();
-        if local != peer.subnet_prefix {
-            tracing::error!(
-                device = %facts.device,
-                port = facts.port,
-                "refusing InfiniBand peer in another subnet: local prefix {local:#018x}, \
-                 remote prefix {:#018x}",
-                peer.subnet_prefix
-            );
-            return Err(FabricError::SubnetMismatch {
-                local,
-                remote: peer.subnet_prefix,
-            });
-        }
-        return Ok(AddressPlan {
-            port: facts.port,
-            dest_lid,
-            service_level: plan.service_level.value,
-            grh: None,
-            path_mtu,
-            pkey_index: pkey.index,
-        });
-    }
-    let Some(Ok(sgid)) = &plan.gid else {
-        return Err(no_usable_gid(facts));
-    };
-    if peer.gid.is_zero() {
-        return Err(FabricError::PeerSentNoGid);
-    }
-    Ok(AddressPlan {
-        port: facts.port,
-        dest_lid: 0,
-        service_level: plan.service_level.value,
-        grh: Some(GrhPlan {
-            dgid: peer.gid,
-            sgid_index: sgid.index,
-            traffic_class: plan.traffic_class.map_or(0, |t| t.value),
-            hop_limit: ROCE_HOP_LIMIT,
-            flow_label: 0,
-        }),
-        path_mtu,
-        pkey_index: pkey.index,
-    })
 }

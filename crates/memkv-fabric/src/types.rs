@@ -308,6 +308,38 @@ impl DeviceInfo {
     }
 }
 
+/// A minimal port for unit tests of the policy modules.
+#[cfg(test)]
+pub(crate) fn test_port(
+    link_layer: LinkLayer,
+    gids: &[(u32, &str, GidType)],
+    pkeys: &[u16],
+) -> PortFacts {
+    PortFacts {
+        device: "dev0".into(),
+        port: 1,
+        link_layer,
+        state: PortState::Active,
+        phys_state: None,
+        lid: (link_layer == LinkLayer::InfiniBand).then_some(7),
+        sm_lid: None,
+        gids: gids
+            .iter()
+            .map(|(index, gid, gid_type)| GidEntry {
+                index: *index,
+                gid: Gid::parse(gid).unwrap(),
+                gid_type: *gid_type,
+                netdev: (link_layer == LinkLayer::Ethernet).then(|| "eth0".to_owned()),
+            })
+            .collect(),
+        pkeys: pkeys.to_vec(),
+        active_mtu: Some(Mtu::Mtu4096),
+        max_mtu: Some(Mtu::Mtu4096),
+        verbs_error: None,
+        device_info: DeviceInfo::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! DCB (IEEE 802.1Qaz) detection for RoCEv2 ports over rtnetlink dcbnl.
 
+pub mod build;
 pub mod query;
 pub mod select;
 pub mod wire;

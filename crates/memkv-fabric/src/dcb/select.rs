@@ -90,7 +90,8 @@ pub fn select_lossless_class(dcb: &IeeeDcb) -> DcbDetection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dcb::wire::{DcbReply, build, parse_dcb_reply};
+    use crate::dcb::build;
+    use crate::dcb::wire::{DcbReply, parse_dcb_reply};
 
     fn detect(pfc: Option<u8>, apps: &[(u8, u8)]) -> DcbDetection {
         let bytes = build::ieee_reply("eth0", pfc, apps);

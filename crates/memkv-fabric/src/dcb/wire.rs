@@ -27,7 +27,7 @@ const NLA_TYPE_MASK: u16 = 0x3fff;
 /// `IFNAMSIZ` includes the terminating NUL.
 const IFNAMSIZ: usize = 16;
 const DCBMSG_LEN: usize = 4;
-const NLA_HDR_LEN: usize = 4;
+pub(crate) const NLA_HDR_LEN: usize = 4;
 
 /// One application-priority entry (`struct dcb_app`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -92,7 +92,7 @@ pub struct DcbMessage {
     pub attrs: Vec<Nla>,
 }
 
-fn align4(n: usize) -> usize {
+pub(crate) fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 
@@ -267,66 +267,10 @@ fn parse_ieee(attrs: &[Nla]) -> Result<IeeeDcb, DcbParseError> {
     Ok(out)
 }
 
-/// Builders for reply bytes in the kernel's layout, used by tests and fuzz seeds.
-pub mod build {
-    use super::*;
-
-    /// Encodes a DCB_CMD_IEEE_GET reply carrying `pfc_en` (if any) and DSCP app entries.
-    pub fn ieee_reply(ifname: &str, pfc_en: Option<u8>, dscp_to_prio: &[(u8, u8)]) -> Vec<u8> {
-        let mut ieee = Vec::new();
-        if let Some(en) = pfc_en {
-            // struct ieee_pfc is 136 bytes on x86-64; only the first bytes matter here.
-            let mut pfc = vec![0u8; 136];
-            pfc[0] = 8;
-            pfc[1] = en;
-            push_nla(&mut ieee, DCB_ATTR_IEEE_PFC, &pfc);
-        }
-        let mut table = Vec::new();
-        for (dscp, prio) in dscp_to_prio {
-            let mut app = vec![IEEE_8021QAZ_APP_SEL_DSCP, *prio];
-            app.extend_from_slice(&u16::from(*dscp).to_ne_bytes());
-            push_nla(&mut table, DCB_ATTR_IEEE_APP, &app);
-        }
-        push_nla(&mut ieee, DCB_ATTR_IEEE_APP_TABLE, &table);
-        let mut name = ifname.as_bytes().to_vec();
-        name.push(0);
-        let mut payload = vec![0, DCB_CMD_IEEE_GET, 0, 0];
-        push_nla(&mut payload, DCB_ATTR_IFNAME, &name);
-        push_nla(&mut payload, DCB_ATTR_IEEE, &ieee);
-        frame(RTM_GETDCB, &payload)
-    }
-
-    /// Encodes an NLMSG_ERROR reply carrying `-errno`.
-    pub fn error_reply(errno: i32) -> Vec<u8> {
-        let mut payload = (-errno).to_ne_bytes().to_vec();
-        payload.extend_from_slice(&[0u8; 16]);
-        frame(2, &payload)
-    }
-
-    pub fn push_nla(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
-        let len = NLA_HDR_LEN + value.len();
-        out.extend_from_slice(&(len as u16).to_ne_bytes());
-        out.extend_from_slice(&kind.to_ne_bytes());
-        out.extend_from_slice(value);
-        out.resize(out.len() + (align4(len) - len), 0);
-    }
-
-    fn frame(message_type: u16, payload: &[u8]) -> Vec<u8> {
-        let len = 16 + payload.len();
-        let mut out = Vec::with_capacity(len);
-        out.extend_from_slice(&(len as u32).to_ne_bytes());
-        out.extend_from_slice(&message_type.to_ne_bytes());
-        out.extend_from_slice(&0u16.to_ne_bytes());
-        out.extend_from_slice(&1u32.to_ne_bytes());
-        out.extend_from_slice(&0u32.to_ne_bytes());
-        out.extend_from_slice(payload);
-        out
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dcb::build;
     use proptest::prelude::*;
 
     #[test]

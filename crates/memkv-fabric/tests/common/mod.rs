@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use memkv_fabric::FabricConfig;
-use memkv_fabric::dcb::wire::build;
+use memkv_fabric::dcb::build;
 use memkv_fabric::doubles::{FixtureVerbs, StaticDcb};
 use memkv_fabric::policy::{PortPlan, plan_port};
 use memkv_fabric::show::{FabricSources, Planned, plan_all};
