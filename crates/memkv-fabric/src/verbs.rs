@@ -42,7 +42,7 @@ impl VerbsReader {
             .ok_or_else(|| verbs_err("ibv_get_device_list", "no such device in the list".into()))?;
         let ctx = found
             .open()
-            .map_err(|e| verbs_err("ibv_open_device", format!("{:?}", e.0)))?;
+            .map_err(|e| verbs_err("ibv_open_device", e.0.to_string()))?;
         contexts.insert(device.to_owned(), ctx.clone());
         Ok(ctx)
     }
