@@ -260,7 +260,20 @@ fn port_error_and_active_arrive_from_the_real_event_queue() {
     let runtime = PortRuntime::new(Arc::new(SysfsReader::default()));
     runtime.register(&plan);
 
+    // The startup entry point watches the same device through its own context.
+    let fabric =
+        memkv_fabric::Fabric::start(&FabricConfig::default(), &[SCRATCH_DEV.into()]).unwrap();
+    assert_eq!(fabric.plans().len(), 1);
+
     run("ip", &["link", "set", SCRATCH_NETDEV, "down"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fabric.runtime().state(SCRATCH_DEV, 1) != Some(PortState::Down) {
+        assert!(
+            Instant::now() < deadline,
+            "Fabric's watcher never saw PORT_ERR"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let e = wait_for(&mut source, AsyncEventKind::PortError);
     assert_eq!(e.port, Some(1));
     runtime.apply(SCRATCH_DEV, e);
