@@ -8,8 +8,10 @@
 //! consistent half. Writes are whole pages (the partial tail page is rewritten with the same
 //! prefix), which keeps the journal usable on O_DIRECT devices.
 //!
-//! Record: checksum:u64 len:u32 kind:u8 pad[3] generation:u64 seq:u64 body[len], checksum =
-//! xxh3 of everything after the checksum field. Commit body: key_len:u16 key value_len:u64
+//! Record: checksum:u64 len:u32 kind:u8 pad[3] generation:u64 seq:u64 batch:u64 body[len],
+//! checksum = xxh3 of everything after the checksum field. `batch` numbers group commits: only
+//! the journal's final batch can have been cut short by a crash before its sync finished, so
+//! replay re-verifies the data of that batch alone (0 marks snapshot records, always durable). Commit body: key_len:u16 key value_len:u64
 //! value_checksum:u64 n:u32 extent ids[n]:u64. Delete body: key_len:u16 key.
 
 use std::io;
@@ -20,7 +22,7 @@ use crate::error::{Result, StoreError};
 
 pub(crate) const PAGE: u64 = 4096;
 const HALF_MAGIC: &[u8; 8] = b"MKVJHALF";
-const HEADER: usize = 32;
+const HEADER: usize = 40;
 const KIND_COMMIT: u8 = 1;
 const KIND_DELETE: u8 = 2;
 /// Upper bound of one record's body; values are limited so their extent lists fit.
@@ -44,7 +46,7 @@ pub(crate) enum Record {
 }
 
 impl Record {
-    fn encode_into(&self, generation: u64, seq: u64, out: &mut Vec<u8>) {
+    fn encode_into(&self, generation: u64, seq: u64, batch: u64, out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(&[0; HEADER]);
         let (kind, key) = match self {
@@ -67,6 +69,7 @@ impl Record {
         h[12] = kind;
         h[16..24].copy_from_slice(&generation.to_le_bytes());
         h[24..32].copy_from_slice(&seq.to_le_bytes());
+        h[32..40].copy_from_slice(&batch.to_le_bytes());
         let sum = xxhash_rust::xxh3::xxh3_64(&out[start + 8..]);
         out[start..start + 8].copy_from_slice(&sum.to_le_bytes());
     }
@@ -106,6 +109,7 @@ pub(crate) struct Journal {
     next_seq: u64,
     /// Byte offset within the active half where the next record goes.
     tail: u64,
+    next_batch: u64,
 }
 
 impl Journal {
@@ -120,13 +124,19 @@ impl Journal {
             generation: 0,
             next_seq: 0,
             tail: PAGE,
+            next_batch: 1,
         };
         j.compact(std::iter::empty())?;
         Ok(j)
     }
 
-    /// Reads the newest complete half and returns the journal plus its records in order.
-    pub fn replay(io: Arc<dyn ExtentIo>, base: u64, half_len: u64) -> Result<(Self, Vec<Record>)> {
+    /// Reads the newest complete half and returns the journal plus its records in order, each
+    /// with its batch number.
+    pub fn replay(
+        io: Arc<dyn ExtentIo>,
+        base: u64,
+        half_len: u64,
+    ) -> Result<(Self, Vec<(Record, u64)>)> {
         let mut best: Option<(u64, u64)> = None;
         for half in 0..2 {
             let mut page = [0u8; 24];
@@ -146,8 +156,8 @@ impl Journal {
         let mut records = Vec::new();
         let mut tail = PAGE;
         let mut seq = 0u64;
-        while let Some((rec, len)) = reader.next(tail, generation, seq)? {
-            records.push(rec);
+        while let Some((rec, batch, len)) = reader.next(tail, generation, seq)? {
+            records.push((rec, batch));
             tail += len;
             seq += 1;
         }
@@ -159,6 +169,7 @@ impl Journal {
             generation,
             next_seq: seq,
             tail,
+            next_batch: records.last().map_or(1, |(_, b)| b + 1),
         };
         Ok((journal, records))
     }
@@ -175,9 +186,10 @@ impl Journal {
         let half_base = self.base + self.active * self.half_len;
         self.io.read_at(half_base + page_start, &mut buf)?;
         for r in records {
-            r.encode_into(self.generation, self.next_seq, &mut buf);
+            r.encode_into(self.generation, self.next_seq, self.next_batch, &mut buf);
             self.next_seq += 1;
         }
+        self.next_batch += 1;
         let new_tail = page_start + buf.len() as u64;
         if new_tail.next_multiple_of(PAGE) > self.half_len {
             return Err(io::Error::other("journal half overflow"));
@@ -197,7 +209,7 @@ impl Journal {
         let mut written = PAGE;
         let mut seq = 0;
         for r in live {
-            r.encode_into(generation, seq, &mut buf);
+            r.encode_into(generation, seq, 0, &mut buf);
             seq += 1;
             if buf.len() >= 1 << 20 {
                 let whole = buf.len() / PAGE as usize * PAGE as usize;
@@ -224,6 +236,7 @@ impl Journal {
         self.generation = generation;
         self.next_seq = seq;
         self.tail = tail;
+        self.next_batch = 1;
         Ok(())
     }
 
@@ -271,7 +284,12 @@ impl<'a> HalfReader<'a> {
     }
 
     /// The record at `at` if it is intact and belongs to this generation and sequence.
-    fn next(&mut self, at: u64, generation: u64, seq: u64) -> io::Result<Option<(Record, u64)>> {
+    fn next(
+        &mut self,
+        at: u64,
+        generation: u64,
+        seq: u64,
+    ) -> io::Result<Option<(Record, u64, u64)>> {
         let Some(h) = self.bytes(at, HEADER)? else {
             return Ok(None);
         };
@@ -279,6 +297,7 @@ impl<'a> HalfReader<'a> {
         let kind = h[12];
         let rec_gen = u64::from_le_bytes(h[16..24].try_into().unwrap());
         let rec_seq = u64::from_le_bytes(h[24..32].try_into().unwrap());
+        let batch = u64::from_le_bytes(h[32..40].try_into().unwrap());
         if body_len > MAX_BODY || rec_gen != generation || rec_seq != seq {
             return Ok(None);
         }
@@ -289,7 +308,8 @@ impl<'a> HalfReader<'a> {
         if xxhash_rust::xxh3::xxh3_64(&all[8..]) != sum {
             return Ok(None);
         }
-        Ok(Record::decode_body(kind, &all[HEADER..]).map(|r| (r, (HEADER + body_len) as u64)))
+        let len = (HEADER + body_len) as u64;
+        Ok(Record::decode_body(kind, &all[HEADER..]).map(|r| (r, batch, len)))
     }
 }
 
@@ -323,7 +343,12 @@ mod tests {
         j.append(&recs).unwrap();
         j.append(&[commit("b", 3)]).unwrap();
         let (mut j2, got) = Journal::replay(io.clone(), 4096, half).unwrap();
-        assert_eq!(got, vec![recs[0].clone(), recs[1].clone(), commit("b", 3)]);
+        let want = vec![
+            (recs[0].clone(), 1),
+            (recs[1].clone(), 1),
+            (commit("b", 3), 2),
+        ];
+        assert_eq!(got, want);
         // Tear the last record: replay stops before it.
         let torn_at = 4096 + j2.active * half + j2.tail - 3;
         io.write_at(torn_at, &[0xff]).unwrap();
@@ -332,7 +357,7 @@ mod tests {
         j2.compact([commit("c", 2)].into_iter()).unwrap();
         j2.append(&[commit("d", 1)]).unwrap();
         let (_, got) = Journal::replay(io, 4096, half).unwrap();
-        assert_eq!(got, vec![commit("c", 2), commit("d", 1)]);
+        assert_eq!(got, vec![(commit("c", 2), 0), (commit("d", 1), 1)]);
         let _ = std::fs::remove_file(&path);
     }
 }

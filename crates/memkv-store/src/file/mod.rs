@@ -81,30 +81,12 @@ impl FileBackend {
         })
     }
 
-    /// Calls `f(drive, drive_offset, range_in_value)` for each extent piece of `[off, off+len)`.
-    fn for_each_piece(
-        &self,
-        ids: &[u64],
-        off: u64,
-        len: u64,
-        mut f: impl FnMut(&dyn ExtentIo, u64, std::ops::Range<usize>) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
-        let mut pos = off;
-        let end = off + len;
-        while pos < end {
-            let k = (pos / self.block_size) as usize;
-            let within = pos % self.block_size;
-            let n = (self.block_size - within).min(end - pos);
-            let (d, i) = split_extent(ids[k]);
-            let at = self.data_offset + u64::from(i) * self.block_size + within;
-            f(
-                &*self.drives[d],
-                at,
-                (pos - off) as usize..(pos - off + n) as usize,
-            )?;
-            pos += n;
+    fn layout(&self) -> Layout<'_> {
+        Layout {
+            drives: &self.drives,
+            block_size: self.block_size,
+            data_offset: self.data_offset,
         }
-        Ok(())
     }
 
     pub fn write_space(&self, space: &mut FileSpace, off: u64, data: &[u8]) -> Result<()> {
@@ -115,9 +97,10 @@ impl FileBackend {
                 space.len
             )));
         }
-        self.for_each_piece(&space.extents.ids, off, len, |io, at, r| {
-            io.write_at(at, &data[r])
-        })?;
+        self.layout()
+            .for_each_piece(&space.extents.ids, off, len, |io, at, r| {
+                io.write_at(at, &data[r])
+            })?;
         space.hashed = match space.hashed {
             Some(h) if h == off => {
                 space.hasher.update(data);
@@ -129,13 +112,7 @@ impl FileBackend {
     }
 
     fn read_extents(&self, ids: &[u64], len: u64, buf: &mut [u8]) -> std::io::Result<u64> {
-        let mut hasher = Xxh3Default::new();
-        self.for_each_piece(ids, 0, len, |io, at, r| {
-            io.read_at(at, &mut buf[r.clone()])?;
-            hasher.update(&buf[r]);
-            Ok(())
-        })?;
-        Ok(hasher.digest())
+        self.layout().read_hashed(ids, len, buf)
     }
 
     /// Journals the value durably, then publishes it. `verify`: check the bytes hash to
@@ -252,5 +229,51 @@ impl FileBackend {
                 online,
             })
             .collect()
+    }
+}
+
+/// Where extents live on the drives.
+pub(crate) struct Layout<'a> {
+    drives: &'a [Arc<dyn ExtentIo>],
+    block_size: u64,
+    data_offset: u64,
+}
+
+impl Layout<'_> {
+    /// Calls `f(drive, drive_offset, range_in_value)` for each extent piece of `[off, off+len)`.
+    fn for_each_piece(
+        &self,
+        ids: &[u64],
+        off: u64,
+        len: u64,
+        mut f: impl FnMut(&dyn ExtentIo, u64, std::ops::Range<usize>) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let mut pos = off;
+        let end = off + len;
+        while pos < end {
+            let k = (pos / self.block_size) as usize;
+            let within = pos % self.block_size;
+            let n = (self.block_size - within).min(end - pos);
+            let (d, i) = split_extent(ids[k]);
+            let at = self.data_offset + u64::from(i) * self.block_size + within;
+            f(
+                &*self.drives[d],
+                at,
+                (pos - off) as usize..(pos - off + n) as usize,
+            )?;
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Reads a value into `buf` (exactly `len` bytes long), hashing each piece while cached.
+    fn read_hashed(&self, ids: &[u64], len: u64, buf: &mut [u8]) -> std::io::Result<u64> {
+        let mut hasher = Xxh3Default::new();
+        self.for_each_piece(ids, 0, len, |io, at, r| {
+            io.read_at(at, &mut buf[r.clone()])?;
+            hasher.update(&buf[r]);
+            Ok(())
+        })?;
+        Ok(hasher.digest())
     }
 }

@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use super::commit::{BATCH_BYTES, GroupCommit};
-use super::extents::ExtentAllocator;
+use super::extents::{ExtentAllocator, split_extent};
 use super::io::{ExtentIo, FileDrive};
 use super::journal::{CommitRecord, Journal, MAX_BODY, PAGE, Record, SNAPSHOT_BYTES_PER_ENTRY};
 use super::superblock::{FORMAT_VERSION, Probe, SUPERBLOCK_LEN, Superblock};
-use super::{FileBackend, FileBlock};
+use super::{FileBackend, FileBlock, Layout};
 use crate::config::{DEFAULT_DRIVE_SIZE, DriveConfig};
 use crate::error::{Result, StoreError};
 use crate::index::Index;
@@ -63,7 +63,18 @@ pub(super) fn open(cfgs: &[DriveConfig], block_size: u64) -> Result<FileBackend>
         sbs[0].journal_half_len,
     )?;
     let totals: Vec<u64> = sbs.iter().map(|sb| sb.extents).collect();
-    let live = rebuild(records, &totals, block_size);
+    let layout = Layout {
+        drives: &drives,
+        block_size,
+        data_offset: sbs[0].data_offset,
+    };
+    let verify = |c: &CommitRecord| {
+        let mut buf = vec![0; c.len as usize];
+        layout
+            .read_hashed(&c.extents, c.len, &mut buf)
+            .is_ok_and(|sum| sum == c.checksum)
+    };
+    let live = rebuild(records, &totals, block_size, verify);
     let used: HashSet<u64> = live
         .iter()
         .flat_map(|c| c.extents.iter().copied())
@@ -110,13 +121,32 @@ pub(super) fn open(cfgs: &[DriveConfig], block_size: u64) -> Result<FileBackend>
     })
 }
 
-/// Applies replayed records in order and drops entries whose extents are invalid or claimed
-/// by a later entry (neither happens unless the journal was damaged in a checksum-consistent way).
-fn rebuild(records: Vec<Record>, totals: &[u64], block_size: u64) -> Vec<CommitRecord> {
+/// Applies replayed records in order. Commits of the final batch (whose sync a crash may have
+/// cut short) count only if their data reads back intact; otherwise the key keeps its previous
+/// value, whose extents were still reserved at the time. Entries whose extents are out of range
+/// or claimed by a later entry are dropped (only a damaged journal could produce them).
+fn rebuild(
+    records: Vec<(Record, u64)>,
+    totals: &[u64],
+    block_size: u64,
+    verify: impl Fn(&CommitRecord) -> bool,
+) -> Vec<CommitRecord> {
+    let in_range = |c: &CommitRecord| {
+        c.extents.len() == c.len.div_ceil(block_size).max(1) as usize
+            && c.extents.iter().all(|&e| {
+                let (d, i) = split_extent(e);
+                totals.get(d).is_some_and(|&n| u64::from(i) < n)
+            })
+    };
+    let last_batch = records.last().map(|(_, b)| *b).filter(|&b| b != 0);
     let mut state: HashMap<Box<[u8]>, (usize, CommitRecord)> = HashMap::new();
-    for (seq, r) in records.into_iter().enumerate() {
+    for (seq, (r, batch)) in records.into_iter().enumerate() {
         match r {
             Record::Commit(c) => {
+                if !in_range(&c) || (Some(batch) == last_batch && !verify(&c)) {
+                    tracing::warn!(key = ?String::from_utf8_lossy(&c.key), "unsynced or invalid journal entry skipped");
+                    continue;
+                }
                 state.insert(c.key.clone(), (seq, c));
             }
             Record::Delete { key } => {
@@ -129,14 +159,8 @@ fn rebuild(records: Vec<Record>, totals: &[u64], block_size: u64) -> Vec<CommitR
     let mut claimed = HashSet::new();
     let mut live = Vec::new();
     for (_, c) in entries {
-        let needed = c.len.div_ceil(block_size).max(1) as usize;
-        let valid = c.extents.len() == needed
-            && c.extents.iter().all(|&e| {
-                let (d, i) = super::extents::split_extent(e);
-                totals.get(d).is_some_and(|&n| u64::from(i) < n) && !claimed.contains(&e)
-            });
-        if !valid {
-            tracing::warn!(key = ?String::from_utf8_lossy(&c.key), "journal entry has invalid extents; dropped");
+        if c.extents.iter().any(|e| claimed.contains(e)) {
+            tracing::warn!(key = ?String::from_utf8_lossy(&c.key), "journal entry shares extents with a newer one; dropped");
             continue;
         }
         claimed.extend(c.extents.iter().copied());
