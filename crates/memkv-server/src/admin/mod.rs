@@ -1,0 +1,110 @@
+//! The admin HTTP(S) API on the data listener's IP at port + 1:
+//! `GET /v1/health`, `/v1/ready`, `/v1/status`, `/v1/metrics`.
+//!
+//! The server provides its state through [`StatusSource`]; this module only serves it.
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use memkv_server::admin::{AdminError, StatusSource, bind_admin, serve_admin};
+//! # use memkv_server::config::ServerConfig;
+//! # async fn start(config: ServerConfig, source: Arc<dyn StatusSource>) -> Result<(), AdminError> {
+//! let listener = bind_admin(config.network.admin_address()).await?;
+//! let shutdown = async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! };
+//! tokio::spawn(serve_admin(listener, config.network.tls.clone(), source, shutdown));
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod model;
+mod routes;
+mod tls;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+pub use crate::config::TlsFiles;
+pub use model::*;
+pub use routes::router;
+pub use tls::load_tls;
+
+/// How long in-flight admin requests get to finish after shutdown is signalled.
+const GRACEFUL_SHUTDOWN: Duration = Duration::from_secs(5);
+
+/// What the admin API reports. Implemented by the server; methods must be cheap and must not
+/// block (they run on the async runtime for every request).
+pub trait StatusSource: Send + Sync + 'static {
+    fn status(&self) -> StatusReport;
+    fn health(&self) -> HealthReport;
+    fn readiness(&self) -> Readiness;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("admin API: cannot listen on {address}: {source}")]
+    Bind {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("admin API TLS file {}: {message}", path.display())]
+    TlsFile { path: PathBuf, message: String },
+    #[error("admin API TLS files {} and {}: {message}", cert.display(), key.display())]
+    TlsPair {
+        cert: PathBuf,
+        key: PathBuf,
+        message: String,
+    },
+    #[error("admin API: {0}")]
+    Serve(std::io::Error),
+}
+
+/// Binds the admin listener; the error names the address.
+pub async fn bind_admin(address: SocketAddr) -> Result<TcpListener, AdminError> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|source| AdminError::Bind { address, source })
+}
+
+/// Serves the admin API on `listener` until `shutdown` completes, over HTTPS when `tls` is
+/// given (the files are read before anything is served, so bad files fail here at once).
+pub async fn serve_admin(
+    listener: TcpListener,
+    tls: Option<TlsFiles>,
+    source: Arc<dyn StatusSource>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AdminError> {
+    crate::metrics::install();
+    let app = router(source);
+    let local = listener.local_addr().ok();
+    let Some(files) = tls else {
+        tracing::info!(address = ?local, "admin API listening (HTTP)");
+        return axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(AdminError::Serve);
+    };
+    let rustls_config = load_tls(&files)?;
+    let std_listener = listener.into_std().map_err(AdminError::Serve)?;
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    let stop_task = tokio::spawn(async move {
+        shutdown.await;
+        stopper.graceful_shutdown(Some(GRACEFUL_SHUTDOWN));
+    });
+    tracing::info!(address = ?local, "admin API listening (HTTPS)");
+    let served = axum_server::from_tcp_rustls(
+        std_listener,
+        axum_server::tls_rustls::RustlsConfig::from_config(rustls_config),
+    )
+    .handle(handle)
+    .serve(app.into_make_service())
+    .await;
+    stop_task.abort();
+    served.map_err(AdminError::Serve)
+}

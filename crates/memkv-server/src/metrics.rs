@@ -1,0 +1,157 @@
+//! Server metric names and recording helpers, exported in Prometheus text by the admin API
+//! (`GET /v1/metrics`).
+//!
+//! Call [`install`] once early in start-up: until a recorder is installed, the `metrics`
+//! macros record nothing. Installing is idempotent and safe when tests start many servers in
+//! one process.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Counter: completed operations. Labels: `op`, `transport`, `status`.
+pub const OPS_TOTAL: &str = "memkv_ops_total";
+/// Histogram (seconds): operation latency. Labels: `op`, `transport`.
+pub const OP_DURATION_SECONDS: &str = "memkv_op_duration_seconds";
+/// Counter: payload bytes received from clients. Label: `transport`.
+pub const BYTES_IN_TOTAL: &str = "memkv_bytes_in_total";
+/// Counter: payload bytes sent to clients. Label: `transport`.
+pub const BYTES_OUT_TOTAL: &str = "memkv_bytes_out_total";
+/// Counter: blocks evicted to make room.
+pub const EVICTIONS_TOTAL: &str = "memkv_evictions_total";
+/// Counter: blocks whose checksum did not match on read.
+pub const CHECKSUM_FAILURES_TOTAL: &str = "memkv_checksum_failures_total";
+/// Counter: connections or messages refused for a bad MAC / handshake.
+pub const AUTH_FAILURES_TOTAL: &str = "memkv_auth_failures_total";
+/// Gauge: client connections open now.
+pub const CONNECTIONS: &str = "memkv_connections";
+/// Counter: client connections accepted since start.
+pub const CONNECTIONS_TOTAL: &str = "memkv_connections_total";
+
+/// Latency buckets from 10 µs to 10 s, roughly 1-2.5-5 per decade.
+pub const DURATION_BUCKETS: [f64; 19] = [
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// How an operation's bytes moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Rdma,
+}
+
+impl Transport {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp",
+            Self::Rdma => "rdma",
+        }
+    }
+}
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (once) and returns its handle.
+///
+/// If another recorder was installed first (by an embedding program), memkv's metrics go to
+/// that recorder and the handle returned here renders an empty page; a warning says so.
+pub fn install() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| match builder().install_recorder() {
+        Ok(handle) => {
+            describe();
+            handle
+        }
+        Err(error) => {
+            tracing::warn!(%error, "a metrics recorder is already installed; /v1/metrics will be empty");
+            builder().build_recorder().handle()
+        }
+    })
+}
+
+/// Prometheus text for `GET /v1/metrics`.
+pub fn render() -> String {
+    let handle = install();
+    handle.run_upkeep();
+    handle.render()
+}
+
+fn builder() -> PrometheusBuilder {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(OP_DURATION_SECONDS.to_owned()),
+            &DURATION_BUCKETS,
+        )
+        .expect("DURATION_BUCKETS is not empty")
+}
+
+fn describe() {
+    metrics::describe_counter!(
+        OPS_TOTAL,
+        "Completed operations by op, transport and status"
+    );
+    metrics::describe_histogram!(
+        OP_DURATION_SECONDS,
+        metrics::Unit::Seconds,
+        "Operation latency"
+    );
+    metrics::describe_counter!(
+        BYTES_IN_TOTAL,
+        metrics::Unit::Bytes,
+        "Payload bytes received"
+    );
+    metrics::describe_counter!(BYTES_OUT_TOTAL, metrics::Unit::Bytes, "Payload bytes sent");
+    metrics::describe_counter!(EVICTIONS_TOTAL, "Blocks evicted to make room");
+    metrics::describe_counter!(
+        CHECKSUM_FAILURES_TOTAL,
+        "Blocks that failed checksum verification"
+    );
+    metrics::describe_counter!(AUTH_FAILURES_TOTAL, "Refused authentication attempts");
+    metrics::describe_gauge!(CONNECTIONS, "Open client connections");
+    metrics::describe_counter!(CONNECTIONS_TOTAL, "Accepted client connections");
+}
+
+/// Records one finished operation. `op` and `status` should come from small fixed sets
+/// (opcode names; `ok`, `not_found`, `error`, ...) to keep label cardinality bounded.
+pub fn record_op(
+    op: &'static str,
+    transport: Transport,
+    status: &'static str,
+    duration: Duration,
+    bytes_in: u64,
+    bytes_out: u64,
+) {
+    let transport = transport.as_str();
+    metrics::counter!(OPS_TOTAL, "op" => op, "transport" => transport, "status" => status)
+        .increment(1);
+    metrics::histogram!(OP_DURATION_SECONDS, "op" => op, "transport" => transport)
+        .record(duration.as_secs_f64());
+    if bytes_in > 0 {
+        metrics::counter!(BYTES_IN_TOTAL, "transport" => transport).increment(bytes_in);
+    }
+    if bytes_out > 0 {
+        metrics::counter!(BYTES_OUT_TOTAL, "transport" => transport).increment(bytes_out);
+    }
+}
+
+pub fn record_evictions(blocks: u64) {
+    metrics::counter!(EVICTIONS_TOTAL).increment(blocks);
+}
+
+pub fn record_checksum_failure() {
+    metrics::counter!(CHECKSUM_FAILURES_TOTAL).increment(1);
+}
+
+pub fn record_auth_failure() {
+    metrics::counter!(AUTH_FAILURES_TOTAL).increment(1);
+}
+
+pub fn connection_opened() {
+    metrics::counter!(CONNECTIONS_TOTAL).increment(1);
+    metrics::gauge!(CONNECTIONS).increment(1.0);
+}
+
+pub fn connection_closed() {
+    metrics::gauge!(CONNECTIONS).decrement(1.0);
+}
