@@ -27,6 +27,7 @@ const PROOF_LEN: usize = 32;
 
 /// What the runtime does next.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // Built once per connection; boxing buys nothing.
 pub enum Step {
     /// Send these bytes and feed the next frame.
     Send(Vec<u8>),

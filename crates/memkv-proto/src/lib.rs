@@ -17,6 +17,8 @@ pub mod checksum;
 mod cursor;
 mod error;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handshake;
 mod header;
 mod limits;

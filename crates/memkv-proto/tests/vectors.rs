@@ -1,0 +1,162 @@
+//! Checks the hex test vectors in docs/protocol.md against the code. Run with
+//! `MEMKV_PRINT_VECTORS=1 cargo test -p memkv-proto --test vectors -- --nocapture` to print them.
+
+use memkv_proto::{
+    AuthKey, ClientHandshake, Frame, HEADER_LEN, Header, Limits, Opcode, ServerHandshake, Step,
+    checksum, placement,
+};
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn frame(bytes: &[u8]) -> Frame {
+    Frame::decode(bytes, &Limits::HANDSHAKE).unwrap().0
+}
+
+/// Every vector as (name, lowercase hex or text).
+fn vectors() -> Vec<(&'static str, String)> {
+    let key = AuthKey::from_bytes(core::array::from_fn(|i| i as u8));
+    let (mut client, hello) =
+        ClientHandshake::start(key.clone(), [0x11; 32], false, Limits::DEFAULT);
+    let mut server = ServerHandshake::new(key, [0x22; 32], false, Limits::DEFAULT);
+    let Step::Send(challenge) = server.on_frame(&frame(&hello)).unwrap() else {
+        panic!()
+    };
+    let Step::Send(proof) = client.on_frame(&frame(&challenge)).unwrap() else {
+        panic!()
+    };
+    let Step::Established {
+        reply: Some(ready),
+        session: _,
+    } = server.on_frame(&frame(&proof)).unwrap()
+    else {
+        panic!()
+    };
+    let Step::Established {
+        session: mut client_session,
+        ..
+    } = client.on_frame(&frame(&ready)).unwrap()
+    else {
+        panic!()
+    };
+    let put = client_session.sealer.frame(
+        Header::request(Opcode::TcpPut, 1),
+        b"block-0001",
+        b"hello, memkv",
+    );
+
+    let mut get = Header::request(Opcode::TcpGet, 0x0102_0304_0506_0708);
+    get.key_len = 5;
+    get.checksum = checksum::of(b"");
+
+    let servers = ["10.0.0.1:9900", "10.0.0.2:9900", "10.0.0.3:9900"];
+    let owners: Vec<String> = ["a", "b", "block-0001", "layer7/seq42/block3"]
+        .iter()
+        .map(|k| {
+            format!(
+                "{k} -> {}",
+                servers[placement::owner(k.as_bytes(), &servers).unwrap()]
+            )
+        })
+        .collect();
+
+    vec![
+        ("checksum-memkv", format!("{:016x}", checksum::of(b"memkv"))),
+        ("header-tcpget", hex(&get.to_bytes())),
+        ("handshake-hello", hex(&hello)),
+        ("handshake-challenge", hex(&challenge)),
+        ("handshake-proof", hex(&proof)),
+        ("handshake-ready", hex(&ready)),
+        ("sealed-tcpput", hex(&put)),
+        (
+            "placement-seed",
+            format!("{:016x}", placement::server_seed(servers[0])),
+        ),
+        (
+            "placement-weight",
+            format!(
+                "{:016x}",
+                placement::weight(b"a", placement::server_seed(servers[0]))
+            ),
+        ),
+        ("placement-owners", owners.join("\n")),
+    ]
+}
+
+fn documented() -> Vec<(String, String)> {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/protocol.md"
+    ))
+    .expect("docs/protocol.md exists");
+    let mut out = Vec::new();
+    let mut lines = doc.lines();
+    while let Some(line) = lines.next() {
+        let Some(name) = line
+            .trim()
+            .strip_prefix("<!-- vector: ")
+            .and_then(|r| r.strip_suffix(" -->"))
+        else {
+            continue;
+        };
+        let fence = lines.next().expect("fence after vector marker");
+        assert!(
+            fence.starts_with("```"),
+            "vector {name}: expected a code fence"
+        );
+        let body: Vec<&str> = lines
+            .by_ref()
+            .take_while(|l| !l.starts_with("```"))
+            .collect();
+        out.push((name.to_owned(), body.join("\n")));
+    }
+    out
+}
+
+fn normalise(name: &str, text: &str) -> String {
+    if name == "placement-owners" {
+        text.trim().to_owned()
+    } else {
+        text.split_whitespace().collect()
+    }
+}
+
+#[test]
+fn documented_vectors_match_the_code() {
+    let code = vectors();
+    if std::env::var_os("MEMKV_PRINT_VECTORS").is_some() {
+        for (name, v) in &code {
+            println!("<!-- vector: {name} -->\n```\n{}\n```\n", wrap(name, v));
+        }
+    }
+    let doc = documented();
+    for (name, value) in &code {
+        let found = doc
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("docs/protocol.md lacks vector {name}"));
+        assert_eq!(
+            normalise(name, &found.1),
+            normalise(name, value),
+            "vector {name} differs from the code"
+        );
+    }
+    assert_eq!(
+        doc.len(),
+        code.len(),
+        "docs/protocol.md has vectors the test does not check"
+    );
+    assert_eq!(HEADER_LEN, 72);
+}
+
+fn wrap(name: &str, v: &str) -> String {
+    if name == "placement-owners" {
+        return v.to_owned();
+    }
+    v.as_bytes()
+        .chunks(64)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
