@@ -98,8 +98,7 @@ fn refused(client: &mut ClientHandshake, request: &Frame, err: ProtoError) -> Ou
     let refusal = encode_refusal(&request.header, &err);
     let client_err = client
         .on_frame(&one_frame(&refusal))
-        .err()
-        .expect("client sees refusal");
+        .expect_err("client sees refusal");
     Outcome {
         client: Err(client_err),
         server: Err(err),
