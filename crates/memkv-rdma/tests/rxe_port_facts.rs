@@ -1,26 +1,26 @@
-//! Facts about the Soft-RoCE ports, read three ways and compared: the kernel's sysfs tree
+//! Facts about the Soft-RoCE ports, read three ways and compared: memkv-fabric's sysfs reader
 //! (/sys/class/infiniband), `ibv_devinfo -v` (rdma-core's own tool) and verbs through sideway.
-//! The sysfs reader here is the test's own; memkv-fabric's reader should take its place once it
-//! exists. Outside the VM these tests report themselves skipped.
+//! Outside the VM these tests report themselves skipped.
 
 mod support;
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::Path;
 use std::process::Command;
 
+use memkv_fabric::sysfs::SysfsReader;
+use memkv_fabric::types::{GidType, LinkLayer as FabricLinkLayer, PortState as FabricPortState};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
 use sideway::ibverbs::device_context::{LinkLayer, Mtu, PortState};
 
 const PORT: u8 = 1;
 
-/// One port's facts, in the form both sources can be brought to.
+/// One port's facts in the form both memkv-fabric and ibv_devinfo can be brought to.
 #[derive(Debug, PartialEq)]
 struct PortFacts {
-    state: (u32, String),
-    phys_state: u32,
+    state: u32,
+    /// Lower case without separators: sysfs says "LinkUp", ibv_devinfo "LINK_UP".
+    phys_state: String,
     link_layer: String,
     lid: u32,
     sm_lid: u32,
@@ -29,70 +29,52 @@ struct PortFacts {
     pkey_table_len: usize,
 }
 
-fn read_trimmed(path: &Path) -> String {
-    fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .trim()
-        .to_owned()
+fn squash(text: &str) -> String {
+    text.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_ascii_lowercase()
 }
 
-/// "4: ACTIVE" -> (4, "ACTIVE")
-fn numbered(text: &str) -> (u32, String) {
-    let (number, name) = text
-        .split_once(": ")
-        .unwrap_or_else(|| panic!("not 'N: NAME': {text:?}"));
-    (
-        number.parse().unwrap_or_else(|e| panic!("{text:?}: {e}")),
-        name.to_owned(),
-    )
-}
-
-fn hex(text: &str) -> u32 {
-    let digits = text
-        .strip_prefix("0x")
-        .unwrap_or_else(|| panic!("not hex: {text:?}"));
-    u32::from_str_radix(digits, 16).unwrap_or_else(|e| panic!("{text:?}: {e}"))
-}
-
-fn entry_count(dir: &Path) -> usize {
-    fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .count()
-}
-
-fn sysfs_port(device: &str) -> (PortFacts, Vec<u32>) {
-    let port = Path::new("/sys/class/infiniband")
-        .join(device)
-        .join("ports")
-        .join(PORT.to_string());
-    let mut gids = BTreeMap::new();
-    for index in 0..entry_count(&port.join("gids")) as u32 {
-        let text = read_trimmed(&port.join(format!("gids/{index}")));
-        let gid: Ipv6Addr = text
-            .parse()
-            .unwrap_or_else(|e| panic!("gid {index} {text:?}: {e}"));
-        if !gid.is_unspecified() {
-            gids.insert(
-                index,
-                (
-                    gid,
-                    read_trimmed(&port.join(format!("gid_attrs/types/{index}"))),
-                ),
-            );
-        }
+fn state_code(state: FabricPortState) -> u32 {
+    match state {
+        FabricPortState::Down => 1,
+        FabricPortState::Init => 2,
+        FabricPortState::Armed => 3,
+        FabricPortState::Active => 4,
+        FabricPortState::ActiveDefer => 5,
+        FabricPortState::Other(code) => code,
     }
-    let pkey_table_len = entry_count(&port.join("pkeys"));
-    let pkeys = (0..pkey_table_len).map(|i| hex(&read_trimmed(&port.join(format!("pkeys/{i}")))));
+}
+
+/// memkv-fabric's reading of the port, and its P_Key table.
+fn fabric_port(device: &str) -> (PortFacts, Vec<u16>) {
+    let port = SysfsReader::default()
+        .port(device, PORT)
+        .unwrap_or_else(|e| panic!("memkv-fabric reading {device} port {PORT}: {e}"));
     let facts = PortFacts {
-        state: numbered(&read_trimmed(&port.join("state"))),
-        phys_state: numbered(&read_trimmed(&port.join("phys_state"))).0,
-        link_layer: read_trimmed(&port.join("link_layer")),
-        lid: hex(&read_trimmed(&port.join("lid"))),
-        sm_lid: hex(&read_trimmed(&port.join("sm_lid"))),
-        gids,
-        pkey_table_len,
+        state: state_code(port.state),
+        phys_state: squash(port.phys_state.as_deref().unwrap_or("")),
+        link_layer: match port.link_layer {
+            FabricLinkLayer::Ethernet => "Ethernet".to_owned(),
+            FabricLinkLayer::InfiniBand => "InfiniBand".to_owned(),
+        },
+        // memkv-fabric reports an unassigned LID (0x0, always on RoCE) as none.
+        lid: port.lid.map_or(0, u32::from),
+        sm_lid: port.sm_lid.map_or(0, u32::from),
+        gids: port
+            .gids
+            .iter()
+            .map(|entry| {
+                (
+                    entry.index,
+                    (Ipv6Addr::from(entry.gid.0), entry.gid_type.to_string()),
+                )
+            })
+            .collect(),
+        pkey_table_len: port.pkeys.len(),
     };
-    (facts, pkeys.collect())
+    (facts, port.pkeys)
 }
 
 /// "PORT_ACTIVE (4)" -> (4, "ACTIVE"); "LINK_UP (5)" -> (5, "LINK_UP")
@@ -147,8 +129,8 @@ fn devinfo_port(device: &str) -> (PortFacts, u32) {
             .unwrap_or_else(|| panic!("no {name} in:\n{port_section}"))
     };
     let facts = PortFacts {
-        state: devinfo_numbered(field("state")),
-        phys_state: devinfo_numbered(field("phys_state")).0,
+        state: devinfo_numbered(field("state")).0,
+        phys_state: squash(&devinfo_numbered(field("phys_state")).1),
         link_layer: field("link_layer").to_owned(),
         lid: field("port_lid").parse().expect("port_lid"),
         sm_lid: field("sm_lid").parse().expect("sm_lid"),
@@ -169,24 +151,26 @@ fn ipv4_mapped(addr: Ipv4Addr) -> Ipv6Addr {
 }
 
 #[test]
-fn sysfs_port_facts_match_ibv_devinfo() {
-    let Some(vm) = support::rxe_vm_or_skip("sysfs_port_facts_match_ibv_devinfo") else {
+fn fabric_sysfs_port_facts_match_ibv_devinfo() {
+    let test = "fabric_sysfs_port_facts_match_ibv_devinfo";
+    let Some(vm) = support::rxe_vm_or_skip(test) else {
         return;
     };
     for (i, device) in vm.devices.iter().enumerate() {
-        let (sysfs, pkeys) = sysfs_port(device);
+        let (fabric, pkeys) = fabric_port(device);
         let (devinfo, _) = devinfo_port(device);
-        assert_eq!(sysfs, devinfo, "{device}: sysfs and ibv_devinfo disagree");
-        // Facts the VM's setup fixes, so that agreeing on wrong values cannot pass.
-        assert_eq!(sysfs.state, (4, "ACTIVE".to_owned()), "{device}");
-        assert_eq!(sysfs.link_layer, "Ethernet", "{device}");
-        assert_eq!(pkeys, vec![0xffff], "{device}: P_Key table");
-        let gid = &sysfs.gids[&u32::from(vm.gid_index)];
         assert_eq!(
-            *gid,
-            (ipv4_mapped(vm.addrs[i]), "RoCE v2".to_owned()),
-            "{device}"
+            fabric, devinfo,
+            "{device}: memkv-fabric and ibv_devinfo disagree"
         );
+        // Facts the VM's setup fixes, so that agreeing on wrong values cannot pass.
+        assert_eq!(fabric.state, 4, "{device}: state ACTIVE");
+        assert_eq!(fabric.phys_state, "linkup", "{device}");
+        assert_eq!(fabric.link_layer, "Ethernet", "{device}");
+        assert_eq!(pkeys, vec![0xffff], "{device}: P_Key table");
+        let gid = &fabric.gids[&u32::from(vm.gid_index)];
+        let expected = (ipv4_mapped(vm.addrs[i]), GidType::RoceV2.to_string());
+        assert_eq!(*gid, expected, "{device}: GID {}", vm.gid_index);
     }
 }
 
@@ -210,7 +194,7 @@ fn verbs_port_query_matches_ibv_devinfo() {
         let port = context.query_port(PORT).expect("ibv_query_port");
         let (devinfo, devinfo_mtu) = devinfo_port(device);
         assert_eq!(port.port_state(), PortState::Active, "{device}");
-        assert_eq!(port.port_state() as u32, devinfo.state.0, "{device}: state");
+        assert_eq!(port.port_state() as u32, devinfo.state, "{device}: state");
         assert_eq!(port.link_layer(), LinkLayer::Ethernet, "{device}");
         assert_eq!(u32::from(port.lid()), devinfo.lid, "{device}: LID");
         assert_eq!(port.active_mtu(), expected_mtu, "{device}: active MTU");

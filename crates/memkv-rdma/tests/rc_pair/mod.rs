@@ -240,7 +240,11 @@ enum OneSided {
 
 /// Deterministic bytes that differ per `seed`, so that a stale buffer never matches by chance.
 pub fn fill_pattern(buffer: &mut [u8], seed: u64) {
-    let mut state = seed | 1;
+    // An odd multiplier maps distinct seeds to distinct, non-zero (for seed != u64::MAX) states.
+    let mut state = seed
+        .wrapping_add(1)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .max(1);
     for chunk in buffer.chunks_mut(8) {
         // xorshift64
         state ^= state << 13;
