@@ -33,7 +33,8 @@ impl KeyLines {
                 block_scalar_indent = None;
             }
             let mut rest = content.trim_end();
-            if rest.is_empty() || rest.starts_with('#') || rest == "---" || rest == "..." {
+            // Tabs cannot indent YAML; the parser reports those lines itself.
+            if rest.is_empty() || rest.starts_with(['#', '\t']) || rest == "---" || rest == "..." {
                 continue;
             }
             while rest == "-" || rest.starts_with("- ") {
@@ -96,6 +97,14 @@ impl KeyLines {
             let cut = candidate.rfind(['.', '['])?;
             candidate = &candidate[..cut];
         }
+    }
+
+    /// Every line where exactly `path` appears (more than one for duplicate keys).
+    pub fn lines_of<'a>(&'a self, path: &'a str) -> impl Iterator<Item = usize> + 'a {
+        self.entries
+            .iter()
+            .filter(move |(p, _)| p == path)
+            .map(|(_, line)| *line)
     }
 
     /// The last key that starts on `line`.

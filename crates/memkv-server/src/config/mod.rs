@@ -14,6 +14,7 @@ mod raw;
 mod sections;
 mod size;
 mod validate;
+mod validate_storage;
 
 use std::path::{Path, PathBuf};
 
@@ -190,12 +191,28 @@ fn deserialize_raw(
 }
 
 fn serde_error(error: &serde_norway::Error, source_name: &str, lines: &KeyLines) -> ConfigError {
-    let line = error.location().map(|l| l.line());
+    let mut line = error.location().map(|l| l.line());
     let mut message = error.to_string();
-    if let Some(location) = error.location() {
-        let suffix = format!(" at line {} column {}", location.line(), location.column());
-        if let Some(stripped) = message.strip_suffix(&suffix) {
-            message = stripped.to_owned();
+    let suffix = error
+        .location()
+        .map(|l| format!(" at line {} column {}", l.line(), l.column()));
+    let at_start = error
+        .location()
+        .is_some_and(|l| l.line() == 1 && l.column() == 1);
+    match suffix.as_deref().and_then(|s| message.strip_suffix(s)) {
+        Some(stripped) => message = stripped.to_owned(),
+        // serde_norway leaves the position out of its text at the very start.
+        None if at_start => {}
+        // A YAML scanner error ("found character that cannot start any token at line 2
+        // column 1, while scanning ..."): no key to name, the text says where.
+        None => {
+            return ConfigError {
+                kind: ConfigErrorKind::Syntax,
+                source_name: source_name.to_owned(),
+                line,
+                key: None,
+                message,
+            };
         }
     }
     let unknown_field = unknown_field_name(&message).map(str::to_owned);
@@ -212,6 +229,12 @@ fn serde_error(error: &serde_norway::Error, source_name: &str, lines: &KeyLines)
         }
         (None, None) => None,
     };
+    // serde points at the first of two duplicate keys; the second is the mistake.
+    if message.contains("duplicate entry")
+        && let Some(second) = key.as_deref().and_then(|k| lines.lines_of(k).nth(1))
+    {
+        line = Some(second);
+    }
     // serde prefixes its message with the parent path, which the key already shows.
     if let Some((prefix, rest)) = message.split_once(": ")
         && !prefix.contains(' ')

@@ -453,3 +453,36 @@ fn error_at_locates_keys_for_later_checks() {
         "test.yaml:4: storage.drives[0].media: cannot open"
     );
 }
+
+#[test]
+fn yaml_level_errors_are_located() {
+    let duplicate = error_of("network:\n  address: 0.0.0.0:9900\n  address: 0.0.0.0:9901\n");
+    assert_eq!(
+        (duplicate.line, duplicate.key.as_deref()),
+        (Some(3), Some("network.address"))
+    );
+    assert!(duplicate.message.contains("duplicate"), "{duplicate}");
+
+    let tab = error_of("network:\n\taddress: x\n");
+    assert_eq!(
+        (tab.kind, tab.line, tab.key.as_deref()),
+        (ConfigErrorKind::Syntax, Some(2), None)
+    );
+
+    let wrong_type = error_of("storage:\n  drives: /dev/x\n");
+    assert_eq!(
+        wrong_type.to_string(),
+        "test.yaml:2: storage.drives: invalid type: string \"/dev/x\", expected a sequence"
+    );
+
+    let not_a_mapping = error_of("- a\n");
+    assert_eq!(not_a_mapping.kind, ConfigErrorKind::Syntax);
+}
+
+#[test]
+fn debug_output_never_shows_the_key() {
+    let config = parse(&format!("network:\n  auth_key: {KEY}\n")).unwrap();
+    let shown = format!("{config:?}");
+    assert!(shown.contains("AuthKey(<redacted>)"), "{shown}");
+    assert!(!shown.contains(&KEY[..16]), "{shown}");
+}

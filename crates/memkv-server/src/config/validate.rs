@@ -1,6 +1,5 @@
 //! Turns the raw YAML sections into checked settings. Every error names the key and its line.
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,12 +7,12 @@ use std::time::Duration;
 use super::auth_key::AuthKey;
 use super::error::{ConfigError, ConfigErrorKind};
 use super::locate::KeyLines;
-use super::raw::{AutoOrNumber, RawConfig, RawDrive, RawRdma, RawStorage};
+use super::raw::{AutoOrNumber, RawConfig, RawRdma};
 use super::sections::*;
 use super::size::{ByteSize, SizeText, parse_size};
 
 /// Smallest and largest block sizes; blocks must also be whole 4 KiB pages.
-const MIN_BLOCK: ByteSize = ByteSize::kib(4);
+pub(super) const MIN_BLOCK: ByteSize = ByteSize::kib(4);
 const MAX_BLOCK: ByteSize = ByteSize::gib(1);
 const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
 const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
@@ -52,18 +51,23 @@ impl Checker<'_> {
         }
     }
 
-    fn invalid(&self, key: &str, message: impl Into<String>) -> ConfigError {
+    pub(super) fn invalid(&self, key: &str, message: impl Into<String>) -> ConfigError {
         self.error(ConfigErrorKind::InvalidValue, key, message)
     }
 
-    fn size(&self, key: &str, text: Option<&SizeText>, default: ByteSize) -> Checked<ByteSize> {
+    pub(super) fn size(
+        &self,
+        key: &str,
+        text: Option<&SizeText>,
+        default: ByteSize,
+    ) -> Checked<ByteSize> {
         match text {
             None => Ok(default),
             Some(text) => parse_size(&text.0).map_err(|e| self.invalid(key, e.to_string())),
         }
     }
 
-    fn block_size(
+    pub(super) fn block_size(
         &self,
         key: &str,
         text: Option<&SizeText>,
@@ -81,7 +85,7 @@ impl Checker<'_> {
         Ok(size)
     }
 
-    fn ranged(
+    pub(super) fn ranged(
         &self,
         key: &str,
         value: Option<u64>,
@@ -96,7 +100,7 @@ impl Checker<'_> {
         Ok(value)
     }
 
-    fn path(&self, key: &str, text: &str) -> Checked<PathBuf> {
+    pub(super) fn path(&self, key: &str, text: &str) -> Checked<PathBuf> {
         if text.trim().is_empty() {
             return Err(self.invalid(key, "the path is empty"));
         }
@@ -192,116 +196,6 @@ impl Checker<'_> {
                 .idle_timeout
                 .map_or(DEFAULT_IDLE_TIMEOUT, Duration::from_secs),
         })
-    }
-
-    fn storage(&self, raw: RawStorage) -> Checked<StorageConfig> {
-        let raw_drives = raw.drives.unwrap_or_default();
-        let mode = match raw.mode.as_deref().map(str::trim) {
-            None if raw_drives.is_empty() => StorageMode::Memory,
-            // The product's default; with drives listed the operator meant raw NVMe.
-            None => StorageMode::Direct,
-            Some("memory") => StorageMode::Memory,
-            Some("file") => StorageMode::File,
-            Some("direct") => StorageMode::Direct,
-            Some(other) => {
-                return Err(self.invalid(
-                    "storage.mode",
-                    format!("unknown mode {other:?}; expected memory, file or direct"),
-                ));
-            }
-        };
-        let block_size = self.block_size(
-            "storage.block_size",
-            raw.block_size.as_ref(),
-            DEFAULT_STORAGE_BLOCK_SIZE,
-        )?;
-        let drives = self.drives(mode, block_size, raw_drives)?;
-        let eviction = match raw.eviction.as_deref().map(str::trim) {
-            None | Some("lru") => EvictionPolicy::Lru,
-            Some("none") => EvictionPolicy::None,
-            Some(other) => {
-                return Err(self.invalid(
-                    "storage.eviction",
-                    format!("unknown policy {other:?}; expected lru or none"),
-                ));
-            }
-        };
-        let lease = |key, value: Option<u64>, default: Duration| {
-            self.ranged(key, value, default.as_secs(), 1, 86_400)
-                .map(Duration::from_secs)
-        };
-        Ok(StorageConfig {
-            mode,
-            block_size,
-            drives,
-            eviction,
-            reservation_lease: lease(
-                "storage.reservation_lease_secs",
-                raw.reservation_lease_secs,
-                DEFAULT_RESERVATION_LEASE,
-            )?,
-            pin_lease: lease(
-                "storage.pin_lease_secs",
-                raw.pin_lease_secs,
-                DEFAULT_PIN_LEASE,
-            )?,
-        })
-    }
-
-    fn drives(
-        &self,
-        mode: StorageMode,
-        block_size: ByteSize,
-        raw: Vec<RawDrive>,
-    ) -> Checked<Vec<DriveConfig>> {
-        match mode {
-            StorageMode::Memory if !raw.is_empty() => {
-                return Err(self.invalid(
-                    "storage.drives",
-                    "drives are only used with storage.mode file or direct; this config uses memory",
-                ));
-            }
-            StorageMode::File | StorageMode::Direct if raw.is_empty() => {
-                return Err(self.invalid(
-                    "storage.drives",
-                    format!("storage.mode {} needs at least one drive", mode.as_str()),
-                ));
-            }
-            _ => {}
-        }
-        let mut seen = HashSet::new();
-        let mut drives = Vec::with_capacity(raw.len());
-        for (index, drive) in raw.into_iter().enumerate() {
-            let media_key = format!("storage.drives[{index}].media");
-            let size_key = format!("storage.drives[{index}].size");
-            let media = self.path(&media_key, &drive.media)?;
-            if !seen.insert(media.clone()) {
-                return Err(
-                    self.invalid(&media_key, format!("{} is listed twice", media.display()))
-                );
-            }
-            let size = drive
-                .size
-                .as_ref()
-                .map(|text| self.size(&size_key, Some(text), ByteSize(0)))
-                .transpose()?;
-            if let Some(size) = size {
-                if mode == StorageMode::Direct {
-                    return Err(self.invalid(
-                        &size_key,
-                        "size is only used in file mode; direct mode uses the whole device",
-                    ));
-                }
-                if size < block_size {
-                    return Err(self.invalid(
-                        &size_key,
-                        format!("{size} is smaller than storage.block_size ({block_size})"),
-                    ));
-                }
-            }
-            drives.push(DriveConfig { media, size });
-        }
-        Ok(drives)
     }
 
     fn rdma(&self, raw: RawRdma) -> Checked<RdmaConfig> {
