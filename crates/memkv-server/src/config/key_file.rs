@@ -10,6 +10,7 @@ use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::auth_key::{AuthKey, AuthKeyError};
 
@@ -118,9 +119,15 @@ pub fn load_or_create_key_file(path: &Path) -> Result<(AuthKey, bool), KeyFileEr
     }
 }
 
+/// Unique per process and call, so concurrent creators never share a temporary file.
 fn temp_path_for(path: &Path) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     let mut name = path.file_name().unwrap_or_default().to_owned();
-    name.push(format!(".tmp.{}", std::process::id()));
+    name.push(format!(
+        ".tmp.{}.{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
     path.with_file_name(name)
 }
 
@@ -185,6 +192,22 @@ mod tests {
         assert_eq!(read_key_file(&path).unwrap(), first);
         let leftovers: Vec<_> = fs::read_dir(path.parent().unwrap()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "temporary file left behind");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn concurrent_creators_agree_on_one_key() {
+        let dir = scratch_dir("race");
+        let path = dir.join("auth_key");
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| scope.spawn(|| load_or_create_key_file(&path).unwrap()))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(results.iter().filter(|(_, created)| *created).count(), 1);
+        assert!(results.iter().all(|(key, _)| *key == results[0].0));
+        assert_eq!(read_key_file(&path).unwrap(), results[0].0);
         fs::remove_dir_all(dir).unwrap();
     }
 

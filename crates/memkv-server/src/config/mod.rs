@@ -112,14 +112,27 @@ impl ServerConfig {
         Ok(config)
     }
 
-    /// The configured key, or the generated key file's (created on first use).
+    /// The configured key, or the key in [`default_key_file_path`] (created on first use).
     pub fn resolve_auth_key(&self) -> Result<(AuthKey, AuthKeySource), KeyFileError> {
+        self.resolve_auth_key_at(&default_key_file_path())
+    }
+
+    /// As [`Self::resolve_auth_key`] with an explicit key file (tests, embedding programs).
+    pub fn resolve_auth_key_at(
+        &self,
+        key_file: &Path,
+    ) -> Result<(AuthKey, AuthKeySource), KeyFileError> {
         if let Some(key) = &self.network.auth_key {
             return Ok((key.clone(), AuthKeySource::Config));
         }
-        let path = default_key_file_path();
-        let (key, created) = load_or_create_key_file(&path)?;
-        Ok((key, AuthKeySource::KeyFile { path, created }))
+        let (key, created) = load_or_create_key_file(key_file)?;
+        Ok((
+            key,
+            AuthKeySource::KeyFile {
+                path: key_file.to_owned(),
+                created,
+            },
+        ))
     }
 
     /// Refuses settings this build parses but cannot run. Call before starting anything.

@@ -441,6 +441,28 @@ fn configured_auth_key_is_used_without_touching_key_files() {
 }
 
 #[test]
+fn missing_auth_key_uses_and_reuses_the_key_file() {
+    let dir = std::env::temp_dir().join(format!("memkv-config-key-{}", std::process::id()));
+    let key_file = dir.join("memkv/auth_key");
+    let config = ServerConfig::embedded_default();
+    let (first, source) = config.resolve_auth_key_at(&key_file).unwrap();
+    assert_eq!(
+        source,
+        AuthKeySource::KeyFile {
+            path: key_file.clone(),
+            created: true
+        }
+    );
+    let (second, source) = config.resolve_auth_key_at(&key_file).unwrap();
+    assert_eq!(second, first);
+    assert!(matches!(
+        source,
+        AuthKeySource::KeyFile { created: false, .. }
+    ));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
 fn error_at_locates_keys_for_later_checks() {
     let config = parse("storage:\n  mode: file\n  drives:\n  - media: /x\n").unwrap();
     let error = config.error_at(

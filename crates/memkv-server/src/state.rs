@@ -1,0 +1,175 @@
+//! State shared by the listener, every connection and the admin API.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::time::Instant;
+
+use memkv_proto::{AuthKey, Limits};
+use memkv_store::Store;
+
+use crate::admin::{
+    ConnectionStatus, DeviceStatus, HealthInputs, HealthReport, MemoryStatus, RdmaStatus,
+    Readiness, StatusReport, StatusSource, StorageStatus, TransportStatus,
+};
+use crate::config::{ServerConfig, StorageMode};
+
+/// Why this build serves no RDMA; reported by `/v1/status` and to `Connect` requests.
+pub const RDMA_UNAVAILABLE: &str = "the RDMA data plane is not part of this build; serving TCP only";
+
+const STARTING: u8 = 0;
+const READY: u8 = 1;
+const DRAINING: u8 = 2;
+
+/// Everything a connection needs.
+pub struct Shared {
+    pub config: ServerConfig,
+    pub store: Store,
+    pub key: AuthKey,
+    pub limits: Limits,
+    pub started: Instant,
+    pub data_address: std::net::SocketAddr,
+    phase: AtomicU8,
+    pub listener_up: AtomicBool,
+    pub connections_now: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub auth_failures: AtomicU64,
+    last_evictions: AtomicU64,
+    last_checksum_failures: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(
+        config: ServerConfig,
+        store: Store,
+        key: AuthKey,
+        data_address: std::net::SocketAddr,
+    ) -> Arc<Shared> {
+        let limits = crate::store_config::wire_limits(&config);
+        Arc::new(Shared {
+            config,
+            store,
+            key,
+            limits,
+            started: Instant::now(),
+            data_address,
+            phase: AtomicU8::new(STARTING),
+            listener_up: AtomicBool::new(false),
+            connections_now: AtomicU64::new(0),
+            connections_total: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
+            last_evictions: AtomicU64::new(0),
+            last_checksum_failures: AtomicU64::new(0),
+        })
+    }
+
+    pub fn set_ready(&self) {
+        self.phase.store(READY, Ordering::Release);
+    }
+
+    pub fn set_draining(&self) {
+        self.phase.store(DRAINING, Ordering::Release);
+    }
+
+    pub fn draining(&self) -> bool {
+        self.phase.load(Ordering::Acquire) == DRAINING
+    }
+
+    pub fn auth_failed(&self) {
+        self.auth_failures.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::record_auth_failure();
+    }
+
+    /// Moves the store's eviction and checksum-failure counts into the metrics.
+    pub fn sync_store_metrics(&self) {
+        let stats = self.store.stats();
+        let before = self.last_evictions.swap(stats.evictions, Ordering::Relaxed);
+        if stats.evictions > before {
+            crate::metrics::record_evictions(stats.evictions - before);
+        }
+        let before = self
+            .last_checksum_failures
+            .swap(stats.checksum_failures, Ordering::Relaxed);
+        for _ in before..stats.checksum_failures {
+            crate::metrics::record_checksum_failure();
+        }
+    }
+}
+
+impl StatusSource for Shared {
+    fn status(&self) -> StatusReport {
+        let stats = self.store.stats();
+        let arena = self.store.arena();
+        StatusReport {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            uptime_secs: self.started.elapsed().as_secs(),
+            address: self.data_address.to_string(),
+            memory: MemoryStatus {
+                backing: arena
+                    .as_ref()
+                    .map_or_else(|| "none".to_owned(), |a| format!("{:?}", a.backing)),
+                arena_bytes: arena.as_ref().map_or(0, |a| a.len as u64),
+                block_size: self.config.memory.block_size.0,
+            },
+            storage: StorageStatus {
+                mode: self.config.storage.mode.as_str().to_owned(),
+                raw_bytes_total: stats.raw_bytes,
+                usable_bytes_total: stats.usable_bytes,
+                used_bytes_total: stats.used_bytes,
+                blocks: stats.blocks,
+                evictions: stats.evictions,
+                checksum_failures: stats.checksum_failures,
+                devices: stats
+                    .per_device
+                    .iter()
+                    .map(|d| DeviceStatus {
+                        media: d.path.display().to_string(),
+                        raw_bytes: d.raw,
+                        usable_bytes: d.usable,
+                        used_bytes: d.used,
+                        online: d.online,
+                    })
+                    .collect(),
+            },
+            connections: ConnectionStatus {
+                current: self.connections_now.load(Ordering::Relaxed),
+                total: self.connections_total.load(Ordering::Relaxed),
+                auth_failures: self.auth_failures.load(Ordering::Relaxed),
+            },
+            transports: TransportStatus {
+                tcp: true,
+                rdma: false,
+            },
+            rdma: RdmaStatus {
+                active: false,
+                reason: Some(if self.config.rdma.enabled {
+                    RDMA_UNAVAILABLE.to_owned()
+                } else {
+                    "disabled by rdma.enabled: false".to_owned()
+                }),
+                devices: Vec::new(),
+            },
+        }
+    }
+
+    fn health(&self) -> HealthReport {
+        let stats = self.store.stats();
+        let online = stats.per_device.iter().filter(|d| d.online).count() as u32;
+        let offline = stats.per_device.len() as u32 - online;
+        HealthReport::assess(HealthInputs {
+            data_listener_up: self.listener_up.load(Ordering::Acquire),
+            // No RDMA data plane in this build, so its absence degrades nothing.
+            rdma_expected: false,
+            rdma_active: false,
+            drives_online: if self.config.storage.mode == StorageMode::File { online } else { 0 },
+            drives_offline: offline,
+        })
+    }
+
+    fn readiness(&self) -> Readiness {
+        match self.phase.load(Ordering::Acquire) {
+            READY => Readiness::Ready,
+            DRAINING => Readiness::Draining,
+            _ => Readiness::Starting,
+        }
+    }
+}

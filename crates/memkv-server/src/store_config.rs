@@ -1,0 +1,50 @@
+//! Maps the server's configuration onto the storage engine's.
+
+use memkv_store::{DriveConfig, EvictionPolicy as StoreEviction, StoreConfig, StoreMode};
+
+use crate::config::{EvictionPolicy, ServerConfig, StorageMode};
+
+/// The storage-engine configuration for `config`. `direct` is refused earlier by
+/// [`ServerConfig::ensure_supported_by_build`].
+pub fn store_config(config: &ServerConfig) -> StoreConfig {
+    let mode = match config.storage.mode {
+        StorageMode::Memory | StorageMode::Direct => StoreMode::Memory {
+            max_size: config.memory.max_size.0,
+            block_size: config.memory.block_size.0,
+        },
+        StorageMode::File => StoreMode::File {
+            drives: config
+                .storage
+                .drives
+                .iter()
+                .map(|d| DriveConfig {
+                    path: d.media.clone(),
+                    size: d.size.map(|s| s.0),
+                })
+                .collect(),
+            block_size: config.storage.block_size.0,
+        },
+    };
+    StoreConfig {
+        mode,
+        eviction: match config.storage.eviction {
+            EvictionPolicy::Lru => StoreEviction::Lru,
+            EvictionPolicy::None => StoreEviction::None,
+        },
+        reservation_lease: config.storage.reservation_lease,
+        pin_lease: config.storage.pin_lease,
+        max_value_size: config.limits.max_value_size.0,
+    }
+}
+
+/// The wire limits a server enforces for `config`.
+pub fn wire_limits(config: &ServerConfig) -> memkv_proto::Limits {
+    let max_value = config.limits.max_value_size.0;
+    let defaults = memkv_proto::Limits::DEFAULT;
+    memkv_proto::Limits {
+        max_value_len: max_value,
+        // A frame must hold at least one maximal value plus its batch item header.
+        max_frame_payload: defaults.max_frame_payload.max(max_value + 4096),
+        ..defaults
+    }
+}
