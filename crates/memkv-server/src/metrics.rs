@@ -5,10 +5,13 @@
 //! macros record nothing. Installing is idempotent and safe when tests start many servers in
 //! one process.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::admin::ConnectionStatus;
 
 /// Counter: completed operations. Labels: `op`, `transport`, `status`.
 pub const OPS_TOTAL: &str = "memkv_ops_total";
@@ -154,4 +157,74 @@ pub fn connection_opened() {
 
 pub fn connection_closed() {
     metrics::gauge!(CONNECTIONS).decrement(1.0);
+}
+
+/// Connection counts for `/v1/status`, kept in step with the Prometheus metrics.
+#[derive(Debug, Default)]
+pub struct ConnectionCounters {
+    current: AtomicU64,
+    total: AtomicU64,
+    auth_failures: AtomicU64,
+}
+
+/// Holds one connection open in [`ConnectionCounters`]; dropping it counts the close.
+#[derive(Debug)]
+pub struct ConnectionGuard(Arc<ConnectionCounters>);
+
+impl ConnectionCounters {
+    /// Counts an accepted connection until the guard is dropped.
+    pub fn open(self: &Arc<Self>) -> ConnectionGuard {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        self.current.fetch_add(1, Ordering::Relaxed);
+        connection_opened();
+        ConnectionGuard(Arc::clone(self))
+    }
+
+    pub fn auth_failed(&self) {
+        self.auth_failures.fetch_add(1, Ordering::Relaxed);
+        record_auth_failure();
+    }
+
+    pub fn snapshot(&self) -> ConnectionStatus {
+        ConnectionStatus {
+            current: self.current.load(Ordering::Relaxed),
+            total: self.total.load(Ordering::Relaxed),
+            auth_failures: self.auth_failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.current.fetch_sub(1, Ordering::Relaxed);
+        connection_closed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guards_track_open_connections() {
+        let counters = Arc::new(ConnectionCounters::default());
+        let first = counters.open();
+        let second = counters.open();
+        counters.auth_failed();
+        drop(first);
+        let status = counters.snapshot();
+        assert_eq!(
+            (status.current, status.total, status.auth_failures),
+            (1, 2, 1)
+        );
+        drop(second);
+        assert_eq!(counters.snapshot().current, 0);
+    }
+
+    #[test]
+    fn buckets_span_ten_microseconds_to_ten_seconds() {
+        assert_eq!(DURATION_BUCKETS.first(), Some(&0.000_01));
+        assert_eq!(DURATION_BUCKETS.last(), Some(&10.0));
+        assert!(DURATION_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+    }
 }

@@ -1,6 +1,7 @@
 //! Server configuration: YAML file (`/etc/memkv/config.yaml` or `memkv start --config PATH`)
 //! or the embedded zero-config default. See `config.example.yaml` in this crate for every key,
-//! its default and the accepted forms.
+//! its default and the accepted forms. The server does not read `MEMKV_CONFIG` (that
+//! variable is the client's).
 //!
 //! This module and its children depend only on serde, serde_norway, thiserror, getrandom and
 //! tracing, so the client and CLI can reuse [`AuthKey`], the key-file helpers and the size

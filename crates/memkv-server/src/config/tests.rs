@@ -80,10 +80,7 @@ fn example_config_parses() {
     assert_eq!(config.storage.drives.len(), 2);
     assert_eq!(config.storage.drives[0].size, Some(ByteSize::gib(64)));
     let tls = config.network.tls.as_ref().unwrap();
-    assert_eq!(
-        tls.cert,
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/test-only-cert.pem")
-    );
+    assert_eq!(tls.cert, Path::new("/etc/memkv/tls/admin-cert.pem"));
     assert_eq!(config.rdma.gid_index, None);
     config.ensure_supported_by_build().unwrap();
 }
