@@ -1,0 +1,256 @@
+//! Crash safety in file mode: a child process (this test binary re-run with an env var) writes
+//! and deletes continuously and reports each acknowledged operation over a pipe; the parent
+//! SIGKILLs it at a random moment, reopens the store and checks that every acknowledged value
+//! reads back bit-exact, deleted keys stay deleted, and nothing else (apart from the one
+//! operation in flight at the kill) is visible. Set MEMKV_CRASH_SEED to replay a run.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{TempDir, file_config};
+use memkv_store::{EvictionPolicy, Store, StoreConfig, checksum};
+
+const CHILD_ENV: &str = "MEMKV_CRASH_CHILD";
+const KEYS: u64 = 24;
+const TIME_BUDGET: Duration = Duration::from_secs(12);
+const MIN_ITERATIONS: u64 = 8;
+
+/// splitmix64: small, deterministic, good enough to drive a workload.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+/// Deterministic, self-describing content for (key, version, len).
+fn content(key: u64, version: u64, len: usize) -> Vec<u8> {
+    let mut rng = Rng(key.wrapping_mul(1_000_003) ^ version);
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        v.extend_from_slice(&rng.next().to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+fn config(dir: &std::path::Path) -> StoreConfig {
+    let dir = TempDir(dir.to_owned());
+    let mut cfg = file_config(&dir, 2, 24 << 20, 256 << 10);
+    std::mem::forget(dir);
+    // Acknowledged values must never disappear, so nothing may be evicted.
+    cfg.eviction = EvictionPolicy::None;
+    cfg
+}
+
+fn key_bytes(k: u64) -> Vec<u8> {
+    format!("key-{k}").into_bytes()
+}
+
+#[test]
+#[ignore = "helper process for crash_recovery; runs until killed"]
+fn crash_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mut parts = spec.split('|');
+    let dir = std::path::PathBuf::from(parts.next().unwrap());
+    let seed: u64 = parts.next().unwrap().parse().unwrap();
+    let mut version: u64 = parts.next().unwrap().parse().unwrap();
+    let store = Store::open(config(&dir)).unwrap();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY").unwrap();
+    let mut rng = Rng(seed);
+    loop {
+        let key = rng.next() % KEYS;
+        let kb = key_bytes(key);
+        if rng.next() % 10 < 7 {
+            version += 1;
+            let len = match rng.next() % 4 {
+                0 => (rng.next() % 4096) as usize,
+                1 => (rng.next() % (300 << 10)) as usize,
+                _ => (rng.next() % (700 << 10)) as usize,
+            };
+            let v = content(key, version, len);
+            writeln!(out, "B P {key} {version} {len}").unwrap();
+            if rng.next() % 2 == 0 {
+                store.put(&kb, &v).unwrap();
+            } else {
+                let mut r = store.allocate(&kb, len as u64).unwrap();
+                for (i, chunk) in v.chunks(100_000).enumerate() {
+                    r.write_at((i * 100_000) as u64, chunk).unwrap();
+                }
+                store.commit(r, checksum(&v)).unwrap();
+            }
+            writeln!(out, "A P {key} {version} {len}").unwrap();
+        } else {
+            writeln!(out, "B D {key}").unwrap();
+            store.delete(&kb).unwrap();
+            writeln!(out, "A D {key}").unwrap();
+        }
+    }
+}
+
+/// What a key holds: `Some((version, len))` or deleted/never written.
+type State = Option<(u64, usize)>;
+
+#[derive(Debug, Clone, Copy)]
+enum Logged {
+    Put(u64, u64, usize),
+    Delete(u64),
+}
+
+fn parse(line: &str) -> Option<(bool, Logged)> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let acked = match *f.first()? {
+        "A" => true,
+        "B" => false,
+        _ => return None,
+    };
+    let op = match *f.get(1)? {
+        "P" => Logged::Put(f[2].parse().ok()?, f[3].parse().ok()?, f[4].parse().ok()?),
+        "D" => Logged::Delete(f[2].parse().ok()?),
+        _ => return None,
+    };
+    Some((acked, op))
+}
+
+fn apply(model: &mut HashMap<u64, State>, op: Logged) {
+    match op {
+        Logged::Put(k, v, len) => model.insert(k, Some((v, len))),
+        Logged::Delete(k) => model.insert(k, None),
+    };
+}
+
+#[test]
+fn crash_recovery() {
+    let seed = std::env::var("MEMKV_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("crash_recovery: MEMKV_CRASH_SEED={seed}");
+    let dir = TempDir::new("crash");
+    let exe = std::env::current_exe().unwrap();
+    let mut rng = Rng(seed);
+    let mut model: HashMap<u64, State> = HashMap::new();
+    let started = Instant::now();
+    let mut total_acked = 0;
+    let mut iteration = 0u64;
+    while iteration < MIN_ITERATIONS || started.elapsed() < TIME_BUDGET {
+        let ctx = format!("seed={seed} iteration={iteration}");
+        let child_seed = rng.next();
+        let mut child = Command::new(&exe)
+            .args([
+                "crash_child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(
+                CHILD_ENV,
+                format!(
+                    "{}|{child_seed}|{}",
+                    dir.path().display(),
+                    (iteration + 1) << 32
+                ),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // libtest may print "test crash_child ... " on the same line.
+                if line.ends_with("READY") {
+                    let _ = ready_tx.send(());
+                }
+                lines.push(line);
+            }
+            lines
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{ctx}: child never became ready"));
+        std::thread::sleep(Duration::from_millis(5 + rng.next() % 120));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let lines = reader.join().unwrap();
+
+        let mut in_flight = None;
+        for (acked, op) in lines.iter().filter_map(|l| parse(l)) {
+            if acked {
+                apply(&mut model, op);
+                total_acked += 1;
+                in_flight = None;
+            } else {
+                in_flight = Some(op);
+            }
+        }
+
+        let store =
+            Store::open(config(dir.path())).unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+        let mut alternative = model.clone();
+        if let Some(op) = in_flight {
+            apply(&mut alternative, op);
+        }
+        let mut buf = Vec::new();
+        for k in 0..KEYS {
+            let got = store
+                .read_into(&key_bytes(k), &mut buf)
+                .unwrap_or_else(|e| panic!("{ctx}: read key {k}: {e}"));
+            let matches = |state: &State| match (state, got) {
+                (None, None) => true,
+                (Some((v, len)), Some(_)) => buf == content(k, *v, *len),
+                _ => false,
+            };
+            let want = model.get(&k).copied().flatten();
+            let alt = alternative.get(&k).copied().flatten();
+            if matches(&want) {
+                continue;
+            }
+            assert!(
+                matches(&alt),
+                "{ctx}: key {k}: store has {:?} ({} bytes), acknowledged state {want:?}, in flight {in_flight:?}",
+                got,
+                buf.len()
+            );
+            model = alternative.clone();
+        }
+        let stats = store.stats();
+        assert_eq!(
+            stats.checksum_failures, 0,
+            "{ctx}: corrupt data reached a read"
+        );
+        let live = model.values().filter(|s| s.is_some()).count() as u64;
+        assert_eq!(stats.blocks, live, "{ctx}: unexpected extra values");
+        drop(store);
+        iteration += 1;
+    }
+    eprintln!(
+        "crash_recovery: {iteration} crashes, {total_acked} acknowledged ops verified in {:?}",
+        started.elapsed()
+    );
+    assert!(
+        total_acked > 0,
+        "seed={seed}: the child never acknowledged anything"
+    );
+}
