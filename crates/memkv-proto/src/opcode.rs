@@ -86,6 +86,33 @@ impl Opcode {
         self as u8
     }
 
+    /// A stable name (the variant name), for logs and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Opcode::Hello => "Hello",
+            Opcode::Challenge => "Challenge",
+            Opcode::Proof => "Proof",
+            Opcode::Ready => "Ready",
+            Opcode::Ping => "Ping",
+            Opcode::Connect => "Connect",
+            Opcode::Stats => "Stats",
+            Opcode::Exists => "Exists",
+            Opcode::Delete => "Delete",
+            Opcode::Allocate => "Allocate",
+            Opcode::Commit => "Commit",
+            Opcode::Abort => "Abort",
+            Opcode::Lookup => "Lookup",
+            Opcode::Release => "Release",
+            Opcode::TcpPut => "TcpPut",
+            Opcode::TcpGet => "TcpGet",
+            Opcode::TcpDelete => "TcpDelete",
+            Opcode::BatchPut => "BatchPut",
+            Opcode::BatchGet => "BatchGet",
+            Opcode::BatchDelete => "BatchDelete",
+            Opcode::BatchExists => "BatchExists",
+        }
+    }
+
     /// Handshake frames are authenticated by the proofs in their payloads, not by the header MAC.
     pub fn is_handshake(self) -> bool {
         matches!(
@@ -148,6 +175,7 @@ mod tests {
     fn every_code_round_trips_and_unknown_codes_are_none() {
         for op in Opcode::ALL {
             assert_eq!(Opcode::from_code(op.code()), Some(op));
+            assert_eq!(op.name(), format!("{op:?}"));
         }
         let known: Vec<u8> = Opcode::ALL.iter().map(|o| o.code()).collect();
         for code in 0..=u8::MAX {

@@ -1,5 +1,16 @@
-//! memkv-server: configuration, admin HTTP API and (from the lead) the data plane.
+//! memkv-server: the TCP data plane, the admin HTTP API and their configuration.
+//!
+//! [`Server::start`] opens the store ([`memkv_store`]), listens on `network.address` and
+//! serves the wire protocol ([`memkv_proto`]) to authenticated clients; the admin API listens
+//! on port + 1. [`run_until_signal`] is what `memkv start` runs.
 
 pub mod admin;
 pub mod config;
+mod data;
 pub mod metrics;
+mod server;
+mod state;
+mod store_config;
+
+pub use server::{Server, StartError, run_until_signal};
+pub use store_config::{store_config, wire_limits};

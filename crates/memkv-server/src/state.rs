@@ -14,7 +14,8 @@ use crate::admin::{
 use crate::config::{ServerConfig, StorageMode};
 
 /// Why this build serves no RDMA; reported by `/v1/status` and to `Connect` requests.
-pub const RDMA_UNAVAILABLE: &str = "the RDMA data plane is not part of this build; serving TCP only";
+pub const RDMA_UNAVAILABLE: &str =
+    "the RDMA data plane is not part of this build; serving TCP only";
 
 const STARTING: u8 = 0;
 const READY: u8 = 1;
@@ -68,10 +69,6 @@ impl Shared {
 
     pub fn set_draining(&self) {
         self.phase.store(DRAINING, Ordering::Release);
-    }
-
-    pub fn draining(&self) -> bool {
-        self.phase.load(Ordering::Acquire) == DRAINING
     }
 
     pub fn auth_failed(&self) {
@@ -160,7 +157,11 @@ impl StatusSource for Shared {
             // No RDMA data plane in this build, so its absence degrades nothing.
             rdma_expected: false,
             rdma_active: false,
-            drives_online: if self.config.storage.mode == StorageMode::File { online } else { 0 },
+            drives_online: if self.config.storage.mode == StorageMode::File {
+                online
+            } else {
+                0
+            },
             drives_offline: offline,
         })
     }

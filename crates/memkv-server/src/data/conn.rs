@@ -1,0 +1,300 @@
+//! One client connection: handshake, then a read loop that verifies each frame, runs it and
+//! hands the response to the writer task. Requests are pipelined; in file mode they run on
+//! blocking threads and complete out of order.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memkv_proto::{HEADER_LEN, Header, Opcode, Opener, ProtoError, Status};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::sync::{Semaphore, mpsc, watch};
+
+use super::dispatch::{execute, store_status};
+use super::writer::{self, Body, Outgoing};
+use crate::config::StorageMode;
+use crate::metrics::{Transport, record_op};
+use crate::state::Shared;
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Responses queued for the writer before the reader waits.
+const RESPONSE_QUEUE: usize = 256;
+/// The in-flight byte budget is counted in units of this many bytes.
+const BUDGET_UNIT: u64 = 1024;
+
+/// Serves one connection until the peer leaves, it misbehaves, or the server drains.
+pub async fn serve(
+    shared: Arc<Shared>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shutdown: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let session = match tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        super::handshake::accept(&shared, &mut stream),
+    )
+    .await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            if matches!(
+                &e,
+                super::handshake::HandshakeError::Refused(ProtoError::Unauthorized(_))
+            ) {
+                shared.auth_failed();
+            }
+            tracing::info!(%peer, error = %e, "handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::info!(%peer, "handshake timed out after {HANDSHAKE_TIMEOUT:?}");
+            return;
+        }
+    };
+    let (read, write) = stream.into_split();
+    let (tx, rx) = mpsc::channel(RESPONSE_QUEUE);
+    let writer = tokio::spawn(writer::run(session.sealer, write, rx));
+    let mut conn = Connection {
+        budget_units: budget_units(&shared),
+        budget: Arc::new(Semaphore::new(budget_units(&shared) as usize)),
+        shared,
+        read,
+        opener: session.opener,
+        tx,
+        peer,
+    };
+    if let Err(reason) = conn.read_loop(shutdown).await {
+        tracing::info!(%peer, %reason, "closing connection");
+    }
+    drop(conn);
+    let _ = writer.await;
+}
+
+fn budget_units(shared: &Shared) -> u64 {
+    (shared.config.limits.per_connection_inflight_bytes.0 / BUDGET_UNIT)
+        .clamp(1, u64::from(u32::MAX >> 3))
+}
+
+struct Connection {
+    shared: Arc<Shared>,
+    read: OwnedReadHalf,
+    opener: Opener,
+    tx: mpsc::Sender<Outgoing>,
+    budget: Arc<Semaphore>,
+    budget_units: u64,
+    peer: SocketAddr,
+}
+
+/// Why the read loop ended.
+#[derive(Debug, thiserror::Error)]
+enum Closed {
+    #[error("peer closed the connection")]
+    Eof,
+    #[error("idle for {0:?}")]
+    Idle(Duration),
+    #[error("server is draining")]
+    Draining,
+    #[error("read failed: {0}")]
+    Io(std::io::Error),
+    #[error("protocol violation: {0}")]
+    Protocol(ProtoError),
+    #[error("writer gone")]
+    WriterGone,
+}
+
+async fn read_exact_within<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut [u8],
+    limit: Option<Duration>,
+) -> Result<(), Closed> {
+    let read = r.read_exact(buf);
+    let done = match limit {
+        Some(d) => tokio::time::timeout(d, read)
+            .await
+            .map_err(|_| Closed::Idle(d))?,
+        None => read.await,
+    };
+    done.map(|_| ()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => Closed::Eof,
+        _ => Closed::Io(e),
+    })
+}
+
+impl Connection {
+    fn idle(&self) -> Option<Duration> {
+        let d = self.shared.config.network.idle_timeout;
+        (!d.is_zero()).then_some(d)
+    }
+
+    async fn read_loop(&mut self, mut shutdown: watch::Receiver<bool>) -> Result<(), Closed> {
+        loop {
+            let mut raw = [0u8; HEADER_LEN];
+            let idle = self.idle();
+            tokio::select! {
+                biased;
+                _ = crate::server::stopped(&mut shutdown) => return Err(Closed::Draining),
+                r = read_exact_within(&mut self.read, &mut raw, idle) => r?,
+            }
+            let started = Instant::now();
+            let header = match self.opener.header(&raw) {
+                Ok(h) if !h.is_response() => h,
+                Ok(h) => {
+                    return self
+                        .reject(
+                            &h,
+                            ProtoError::BadRequest("a client sent a response frame".into()),
+                        )
+                        .await;
+                }
+                Err(e) => {
+                    let h = Header::decode(
+                        &raw,
+                        &memkv_proto::Limits {
+                            max_key_len: usize::MAX,
+                            max_value_len: u64::MAX,
+                            max_frame_payload: u64::MAX,
+                            max_batch_items: usize::MAX,
+                        },
+                    )
+                    .ok();
+                    return match h {
+                        Some(h) => self.reject(&h, e).await,
+                        None => Err(Closed::Protocol(e)),
+                    };
+                }
+            };
+            let mut key = vec![0u8; usize::from(header.key_len)];
+            read_exact_within(&mut self.read, &mut key, idle).await?;
+            if header.opcode == Opcode::TcpPut
+                && self.shared.config.storage.mode == StorageMode::Memory
+            {
+                if let Some(done) = self.put_in_place(&raw, &header, &key, started).await? {
+                    self.send(done).await?;
+                    continue;
+                }
+            }
+            let units =
+                (u64::from(header.payload_len).div_ceil(BUDGET_UNIT)).min(self.budget_units) as u32;
+            let permit = Arc::clone(&self.budget)
+                .acquire_many_owned(units)
+                .await
+                .expect("never closed");
+            let mut payload = vec![0u8; header.payload_len as usize];
+            read_exact_within(&mut self.read, &mut payload, idle).await?;
+            // Puts are checked against their checksum by the store as it commits them.
+            let store_checks = matches!(header.opcode, Opcode::TcpPut);
+            if let Err(e) = self.opener.verify(&raw, &key, &payload, !store_checks) {
+                return self.reject(&header, e).await;
+            }
+            self.dispatch(header, key, payload, permit, started).await?;
+        }
+    }
+
+    /// Memory mode: reads a TcpPut's value straight into its reservation in the arena.
+    /// `Ok(None)` when no reservation could be made; the caller then reads the value normally
+    /// so the store's refusal reaches the client.
+    async fn put_in_place(
+        &mut self,
+        raw: &[u8; HEADER_LEN],
+        header: &Header,
+        key: &[u8],
+        started: Instant,
+    ) -> Result<Option<Outgoing>, Closed> {
+        let Ok(mut reservation) = self
+            .shared
+            .store
+            .allocate(key, u64::from(header.payload_len))
+        else {
+            return Ok(None);
+        };
+        let id = reservation.id();
+        let Some(slice) = reservation.as_mut_slice() else {
+            drop(reservation);
+            let _ = self.shared.store.abort(id);
+            return Ok(None);
+        };
+        let abort = |shared: &Shared| {
+            let _ = shared.store.abort(id);
+        };
+        let idle = self.idle();
+        if let Err(e) = read_exact_within(&mut self.read, slice, idle).await {
+            drop(reservation);
+            abort(&self.shared);
+            return Err(e);
+        }
+        if let Err(e) = self.opener.verify(raw, key, slice, false) {
+            drop(reservation);
+            abort(&self.shared);
+            return self.reject(header, e).await.map(|_| None);
+        }
+        let out = match self.shared.store.commit(reservation, header.checksum) {
+            Ok(()) => Outgoing::new(header, Status::Ok, Body::Empty),
+            Err(e) => Outgoing::error(header, store_status(&e), &e.to_string()),
+        };
+        record(&out, header, started);
+        Ok(Some(out))
+    }
+
+    async fn dispatch(
+        &mut self,
+        header: Header,
+        key: Vec<u8>,
+        payload: Vec<u8>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        started: Instant,
+    ) -> Result<(), Closed> {
+        if self.shared.config.storage.mode == StorageMode::Memory {
+            let mut out = execute(&self.shared, &header, &key, payload);
+            out._permit = Some(permit);
+            record(&out, &header, started);
+            return self.send(out).await;
+        }
+        // File mode blocks on disk: run it off the runtime and let it complete out of order.
+        let shared = Arc::clone(&self.shared);
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let done = tokio::task::spawn_blocking(move || {
+                let mut out = execute(&shared, &header, &key, payload);
+                shared.sync_store_metrics();
+                out._permit = Some(permit);
+                record(&out, &header, started);
+                out
+            })
+            .await;
+            if let Ok(out) = done {
+                let _ = tx.send(out).await;
+            }
+        });
+        Ok(())
+    }
+
+    async fn send(&self, out: Outgoing) -> Result<(), Closed> {
+        self.tx.send(out).await.map_err(|_| Closed::WriterGone)
+    }
+
+    /// Answers a frame that broke the protocol with its named error, then closes.
+    async fn reject(&self, header: &Header, e: ProtoError) -> Result<(), Closed> {
+        if e.status() == Status::Unauthorized {
+            self.shared.auth_failed();
+        }
+        tracing::info!(peer = %self.peer, op = header.opcode.name(), error = %e, "refusing frame");
+        let _ = self
+            .send(Outgoing::error(header, e.status(), &e.to_string()))
+            .await;
+        Err(Closed::Protocol(e))
+    }
+}
+
+fn record(out: &Outgoing, request: &Header, started: Instant) {
+    record_op(
+        request.opcode.name(),
+        Transport::Tcp,
+        out.header.status.name(),
+        started.elapsed(),
+        u64::from(request.payload_len),
+        out.payload_len(),
+    );
+}

@@ -1,0 +1,274 @@
+//! Executes one verified request against the store. Synchronous: in memory mode it runs on
+//! the connection's task; in file mode on a blocking thread.
+
+use memkv_proto::batch::{self, GET_ITEM_HEADER_LEN};
+use memkv_proto::messages::{
+    AbortRequest, AllocateRequest, AllocateResponse, CommitRequest, LookupRequest, LookupResponse,
+    ReleaseRequest, StatsResponse,
+};
+use memkv_proto::{Header, Opcode, ProtoError, Status};
+use memkv_store::StoreError;
+use std::time::Duration;
+
+use super::writer::{Body, Outgoing};
+use crate::state::{RDMA_UNAVAILABLE, Shared};
+
+/// The wire status and message for a store error.
+pub fn store_status(e: &StoreError) -> Status {
+    match e {
+        StoreError::NotFound | StoreError::UnknownReservation(_) => Status::NotFound,
+        StoreError::Full(_) => Status::Full,
+        StoreError::TooLarge { .. } => Status::TooLarge,
+        StoreError::BadRequest(_) => Status::BadRequest,
+        StoreError::ChecksumMismatch { .. } => Status::ChecksumMismatch,
+        StoreError::LeaseExpired(_) => Status::LeaseExpired,
+        StoreError::UnsupportedVersion { .. } | StoreError::Corrupt(_) | StoreError::Io(_) => {
+            Status::Internal
+        }
+    }
+}
+
+fn fail(h: &Header, e: &StoreError) -> Outgoing {
+    if matches!(e, StoreError::Io(_) | StoreError::Corrupt(_)) {
+        tracing::warn!(op = h.opcode.name(), error = %e, "storage error");
+    }
+    Outgoing::error(h, store_status(e), &e.to_string())
+}
+
+fn bad(h: &Header, e: &ProtoError) -> Outgoing {
+    Outgoing::error(h, e.status(), &e.to_string())
+}
+
+fn ok(h: &Header, body: Body) -> Outgoing {
+    Outgoing::new(h, Status::Ok, body)
+}
+
+fn lease(ms: u32, default: Duration) -> Duration {
+    if ms == 0 {
+        default
+    } else {
+        Duration::from_millis(u64::from(ms))
+    }
+}
+
+/// Stores one value, verifying `checksum` as the store commits it.
+pub fn put_verified(
+    shared: &Shared,
+    key: &[u8],
+    value: &[u8],
+    checksum: u64,
+) -> Result<(), StoreError> {
+    let mut reservation = shared.store.allocate(key, value.len() as u64)?;
+    let id = reservation.id();
+    let written = match reservation.as_mut_slice() {
+        Some(slice) => {
+            slice.copy_from_slice(value);
+            Ok(())
+        }
+        None => reservation.write_at(0, value),
+    };
+    match written {
+        Ok(()) => shared.store.commit(reservation, checksum),
+        Err(e) => {
+            drop(reservation);
+            let _ = shared.store.abort(id);
+            Err(e)
+        }
+    }
+}
+
+/// Runs a request whose frame has been verified (including its payload checksum, except for
+/// puts, whose checksum the store verifies).
+pub fn execute(shared: &Shared, h: &Header, key: &[u8], payload: Vec<u8>) -> Outgoing {
+    let store = &shared.store;
+    match h.opcode {
+        Opcode::Ping => ok(h, Body::Owned(payload)),
+        Opcode::Stats => {
+            let s = store.stats();
+            let body = StatsResponse {
+                raw_bytes: s.raw_bytes,
+                usable_bytes: s.usable_bytes,
+                used_bytes: s.used_bytes,
+                blocks: s.blocks,
+                evictions: s.evictions,
+                checksum_failures: s.checksum_failures,
+            };
+            ok(h, Body::Owned(body.encode()))
+        }
+        Opcode::Exists => {
+            if store.exists(key) {
+                ok(h, Body::Empty)
+            } else {
+                Outgoing::error(h, Status::NotFound, "no such key")
+            }
+        }
+        Opcode::Delete | Opcode::TcpDelete => match store.delete(key) {
+            Ok(true) => ok(h, Body::Empty),
+            Ok(false) => Outgoing::error(h, Status::NotFound, "no such key"),
+            Err(e) => fail(h, &e),
+        },
+        Opcode::TcpGet => match store.get(key) {
+            Ok(Some(v)) => ok(h, Body::Value(v)),
+            Ok(None) => Outgoing::error(h, Status::NotFound, "no such key"),
+            Err(e) => fail(h, &e),
+        },
+        Opcode::TcpPut => match put_verified(shared, key, &payload, h.checksum) {
+            Ok(()) => ok(h, Body::Empty),
+            Err(e) => fail(h, &e),
+        },
+        Opcode::Allocate => allocate(shared, h, key, &payload),
+        Opcode::Commit => match CommitRequest::decode(&payload) {
+            Ok(r) => match store.commit_id(r.reservation, r.checksum) {
+                Ok(()) => ok(h, Body::Empty),
+                Err(e) => fail(h, &e),
+            },
+            Err(e) => bad(h, &e),
+        },
+        Opcode::Abort => match AbortRequest::decode(&payload) {
+            Ok(r) => match store.abort(r.reservation) {
+                Ok(()) => ok(h, Body::Empty),
+                Err(e) => fail(h, &e),
+            },
+            Err(e) => bad(h, &e),
+        },
+        Opcode::Lookup => lookup(shared, h, key, &payload),
+        Opcode::Release => match ReleaseRequest::decode(&payload) {
+            Ok(r) if store.release(r.pin) => ok(h, Body::Empty),
+            Ok(r) => Outgoing::error(
+                h,
+                Status::NotFound,
+                &format!("no pin {} (released or expired)", r.pin),
+            ),
+            Err(e) => bad(h, &e),
+        },
+        Opcode::Connect => Outgoing::error(h, Status::Unsupported, RDMA_UNAVAILABLE),
+        Opcode::BatchPut => batch_put(shared, h, &payload),
+        Opcode::BatchGet => batch_get(shared, h, &payload),
+        Opcode::BatchDelete | Opcode::BatchExists => batch_keys(shared, h, &payload),
+        Opcode::Hello | Opcode::Challenge | Opcode::Proof | Opcode::Ready => Outgoing::error(
+            h,
+            Status::BadRequest,
+            "handshake frame on an established session",
+        ),
+    }
+}
+
+fn allocate(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing {
+    let req = match AllocateRequest::decode(payload) {
+        Ok(r) => r,
+        Err(e) => return bad(h, &e),
+    };
+    let default = shared.config.storage.reservation_lease;
+    let granted = lease(req.lease_ms, default).min(default);
+    match shared.store.allocate(key, req.len) {
+        Ok(reservation) => {
+            let body = AllocateResponse {
+                reservation: reservation.id(),
+                // No RDMA registration in this build: there is no remote address to give.
+                addr: 0,
+                rkey: 0,
+                lease_ms: granted.as_millis() as u32,
+            };
+            // Dropping the handle parks the reservation for Commit/Abort by id.
+            drop(reservation);
+            ok(h, Body::Owned(body.encode()))
+        }
+        Err(e) => fail(h, &e),
+    }
+}
+
+fn lookup(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing {
+    let req = match LookupRequest::decode(payload) {
+        Ok(r) => r,
+        Err(e) => return bad(h, &e),
+    };
+    let granted = lease(req.lease_ms, shared.config.storage.pin_lease);
+    match shared.store.lookup(key, granted) {
+        Ok(Some(p)) => ok(
+            h,
+            Body::Owned(
+                LookupResponse {
+                    pin: p.pin_id,
+                    addr: 0,
+                    rkey: 0,
+                    lease_ms: granted.min(shared.config.storage.pin_lease).as_millis() as u32,
+                    len: p.len,
+                    checksum: p.checksum,
+                }
+                .encode(),
+            ),
+        ),
+        Ok(None) => Outgoing::error(h, Status::NotFound, "no such key"),
+        Err(e) => fail(h, &e),
+    }
+}
+
+fn batch_put(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
+    let items = match batch::decode_put_request(payload, &shared.limits) {
+        Ok(items) => items,
+        Err(e) => return bad(h, &e),
+    };
+    let statuses: Vec<Status> = items
+        .iter()
+        .map(|i| match put_verified(shared, i.key, i.value, i.checksum) {
+            Ok(()) => Status::Ok,
+            Err(e) => store_status(&e),
+        })
+        .collect();
+    ok(h, Body::Owned(batch::encode_statuses(&statuses)))
+}
+
+fn batch_get(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
+    let keys = match batch::decode_keys(payload, &shared.limits) {
+        Ok(keys) => keys,
+        Err(e) => return bad(h, &e),
+    };
+    let mut budget = shared.limits.max_frame_payload.saturating_sub(4);
+    let items = keys
+        .iter()
+        .map(|k| {
+            let (status, value) = match shared.store.get(k) {
+                Ok(Some(v)) if (GET_ITEM_HEADER_LEN + v.len()) as u64 <= budget => {
+                    (Status::Ok, Some(v))
+                }
+                Ok(Some(_)) => (Status::TooLarge, None),
+                Ok(None) => (Status::NotFound, None),
+                Err(e) => (store_status(&e), None),
+            };
+            let len = value.as_ref().map_or(0, |v| v.len());
+            budget = budget.saturating_sub((GET_ITEM_HEADER_LEN + len) as u64);
+            let sum = value.as_ref().map_or(0, |v| v.checksum());
+            (batch::get_item_header(status, len as u32, sum), value)
+        })
+        .collect();
+    ok(
+        h,
+        Body::BatchGet {
+            count: (keys.len() as u32).to_le_bytes(),
+            items,
+        },
+    )
+}
+
+fn batch_keys(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
+    let keys = match batch::decode_keys(payload, &shared.limits) {
+        Ok(keys) => keys,
+        Err(e) => return bad(h, &e),
+    };
+    let statuses: Vec<Status> = keys
+        .iter()
+        .map(|k| {
+            let found = if h.opcode == Opcode::BatchExists {
+                Ok(shared.store.exists(k))
+            } else {
+                shared.store.delete(k)
+            };
+            match found {
+                Ok(true) => Status::Ok,
+                Ok(false) => Status::NotFound,
+                Err(e) => store_status(&e),
+            }
+        })
+        .collect();
+    ok(h, Body::Owned(batch::encode_statuses(&statuses)))
+}

@@ -1,0 +1,74 @@
+//! The TCP data plane: the listener and its connections.
+
+mod conn;
+mod dispatch;
+mod handshake;
+pub(crate) mod writer;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use memkv_proto::{Header, Opcode, ProtoError, Status};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::state::Shared;
+
+/// How long connections get to finish in-flight work once the server drains.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Accepts connections until `shutdown` turns true, then waits for them to drain.
+pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
+    let mut connections = JoinSet::new();
+    let mut stop_signal = shutdown.clone();
+    shared.listener_up.store(true, Ordering::Release);
+    loop {
+        tokio::select! {
+            biased;
+            _ = crate::server::stopped(&mut stop_signal) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((mut stream, peer)) => {
+                    let limit = u64::from(shared.config.limits.max_connections);
+                    if shared.connections_now.load(Ordering::Relaxed) >= limit {
+                        tracing::warn!(%peer, limit, "refusing connection: limits.max_connections reached");
+                        let refusal = memkv_proto::frame::encode_refusal(
+                            &Header::request(Opcode::Hello, 0),
+                            &ProtoError::Refused { status: Status::Busy, message: format!("server is at limits.max_connections ({limit})") },
+                        );
+                        tokio::spawn(async move { let _ = stream.write_all(&refusal).await; });
+                        continue;
+                    }
+                    let shared = Arc::clone(&shared);
+                    let stop = shutdown.clone();
+                    connections.spawn(async move {
+                        shared.connections_now.fetch_add(1, Ordering::Relaxed);
+                        shared.connections_total.fetch_add(1, Ordering::Relaxed);
+                        crate::metrics::connection_opened();
+                        conn::serve(Arc::clone(&shared), stream, peer, stop).await;
+                        shared.connections_now.fetch_sub(1, Ordering::Relaxed);
+                        crate::metrics::connection_closed();
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    shared.listener_up.store(false, Ordering::Release);
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
+        connections.shutdown().await;
+    }
+}

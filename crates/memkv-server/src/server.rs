@@ -1,0 +1,192 @@
+//! Starting, running and stopping a server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{AuthKeySource, ConfigError, ServerConfig};
+use crate::state::Shared;
+
+/// Why a server did not start. Each names the thing that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("auth key: {0}")]
+    AuthKey(String),
+    #[error("storage: {0}")]
+    Store(#[from] memkv_store::StoreError),
+    #[error("cannot listen on {address} (network.address): {source}")]
+    Bind {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Admin(#[from] crate::admin::AdminError),
+}
+
+/// A running server. Dropping it without [`Server::shutdown`] leaves its tasks running on the
+/// runtime until the runtime stops.
+pub struct Server {
+    shared: Arc<Shared>,
+    admin_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    data_task: JoinHandle<()>,
+    admin_task: JoinHandle<()>,
+    reaper_task: JoinHandle<()>,
+}
+
+impl Server {
+    /// Opens the store, binds the data and admin listeners and starts serving.
+    pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
+        crate::metrics::install();
+        config.ensure_supported_by_build()?;
+        let (key, source) = config
+            .resolve_auth_key()
+            .map_err(|e| StartError::AuthKey(e.to_string()))?;
+        match &source {
+            AuthKeySource::Config => tracing::info!("auth key from network.auth_key"),
+            AuthKeySource::KeyFile {
+                path,
+                created: true,
+            } => tracing::info!(
+                path = %path.display(),
+                "no network.auth_key configured: generated a key and stored it in this file (0600); local clients read it from there"
+            ),
+            AuthKeySource::KeyFile {
+                path,
+                created: false,
+            } => {
+                tracing::info!(path = %path.display(), "auth key from key file")
+            }
+        }
+        let key = memkv_proto::AuthKey::from_hex(&key.to_hex())
+            .map_err(|e| StartError::AuthKey(e.to_string()))?;
+        let address = config.network.address;
+        let listener = TcpListener::bind(address)
+            .await
+            .map_err(|source| StartError::Bind { address, source })?;
+        let data_addr = listener
+            .local_addr()
+            .map_err(|source| StartError::Bind { address, source })?;
+        let admin_listener = crate::admin::bind_admin(admin_address(&config, data_addr)).await?;
+        let admin_addr = admin_listener
+            .local_addr()
+            .map_err(|source| StartError::Bind { address, source })?;
+        let store_config = crate::store_config::store_config(&config);
+        let store = tokio::task::spawn_blocking(move || memkv_store::Store::open(store_config))
+            .await
+            .expect("store open does not panic")?;
+        if let Some(arena) = store.arena() {
+            tracing::info!(bytes = arena.len, backing = ?arena.backing, "memory arena mapped");
+        }
+        let tls = config.network.tls.clone();
+        let shared = Shared::new(config, store, key, data_addr);
+        let (stop, stopped) = watch::channel(false);
+
+        let admin_source: Arc<dyn crate::admin::StatusSource> = shared.clone();
+        let mut admin_stop = stopped.clone();
+        let admin_task = tokio::spawn(async move {
+            let shutdown = async move { self::stopped(&mut admin_stop).await };
+            if let Err(e) =
+                crate::admin::serve_admin(admin_listener, tls, admin_source, shutdown).await
+            {
+                tracing::error!(error = %e, "admin API stopped");
+            }
+        });
+        let data_task = tokio::spawn(crate::data::serve(
+            Arc::clone(&shared),
+            listener,
+            stopped.clone(),
+        ));
+        let reaper_task = tokio::spawn(reap(Arc::clone(&shared), stopped));
+        shared.set_ready();
+        tracing::info!(data = %data_addr, admin = %admin_addr, mode = shared.config.storage.mode.as_str(), "memkv serving");
+        Ok(Server {
+            shared,
+            admin_addr,
+            stop,
+            data_task,
+            admin_task,
+            reaper_task,
+        })
+    }
+
+    /// The data listener's address (the real port when configured with port 0).
+    pub fn data_addr(&self) -> SocketAddr {
+        self.shared.data_address
+    }
+
+    /// The admin API's address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// Stops accepting, lets in-flight requests finish, flushes the store and stops.
+    pub async fn shutdown(self) -> Result<(), memkv_store::StoreError> {
+        self.shared.set_draining();
+        let _ = self.stop.send(true);
+        let _ = self.data_task.await;
+        let _ = self.reaper_task.await;
+        let _ = self.admin_task.await;
+        let shared = Arc::clone(&self.shared);
+        tokio::task::spawn_blocking(move || shared.store.close())
+            .await
+            .expect("store close does not panic")
+    }
+}
+
+/// The admin address: the data IP at port + 1, or an ephemeral port when the data port was.
+fn admin_address(config: &ServerConfig, data: SocketAddr) -> SocketAddr {
+    let mut admin = config.network.admin_address();
+    if config.network.address.port() == 0 {
+        admin.set_ip(data.ip());
+    }
+    admin
+}
+
+async fn reap(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = self::stopped(&mut stopped) => return,
+            _ = tick.tick() => {
+                let s = Arc::clone(&shared);
+                let _ = tokio::task::spawn_blocking(move || {
+                    s.store.reap_expired();
+                    s.sync_store_metrics();
+                })
+                .await;
+            }
+        }
+    }
+}
+
+/// Runs a server until SIGINT or SIGTERM, then drains and returns.
+pub async fn run_until_signal(config: ServerConfig) -> anyhow::Result<()> {
+    let server = Server::start(config).await?;
+    wait_for_signal().await;
+    tracing::info!("signal received: draining in-flight requests");
+    server.shutdown().await?;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Resolves once the stop flag is set (or its sender is gone).
+pub(crate) async fn stopped(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|stop| *stop).await;
+}

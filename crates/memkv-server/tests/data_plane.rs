@@ -1,0 +1,430 @@
+//! The TCP data plane against a raw protocol driver: round trips, pipelining, and hostile
+//! input that must be refused without harming the server or other clients.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use memkv_proto::{
+    AuthKey, ClientHandshake, Frame, HEADER_LEN, Header, Limits, Opcode, ProtoError, Session,
+    Status, Step, batch, checksum,
+};
+use memkv_server::Server;
+use memkv_server::config::ServerConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const KEY_HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+fn config(extra: &str) -> ServerConfig {
+    let yaml = format!(
+        "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 64 MiB\n{extra}"
+    );
+    ServerConfig::from_yaml_str(&yaml, "test").expect("valid test config")
+}
+
+/// A minimal protocol client over one connection (a test driver, not the product client).
+struct Raw {
+    stream: TcpStream,
+    session: Session,
+    next_id: u64,
+}
+
+async fn read_frame(
+    stream: &mut TcpStream,
+    limits: &Limits,
+) -> std::io::Result<(Header, [u8; HEADER_LEN], Vec<u8>)> {
+    let mut raw = [0u8; HEADER_LEN];
+    stream.read_exact(&mut raw).await?;
+    let h = Header::decode(&raw, limits).map_err(std::io::Error::other)?;
+    let mut body = vec![0u8; h.body_len() as usize];
+    stream.read_exact(&mut body).await?;
+    Ok((h, raw, body))
+}
+
+async fn connect(addr: SocketAddr, key: AuthKey) -> Result<Raw, ProtoError> {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let (mut hs, hello) = ClientHandshake::start(key, [3; 32], false, Limits::DEFAULT);
+    stream.write_all(&hello).await.unwrap();
+    loop {
+        let (_, raw, body) = read_frame(&mut stream, &Limits::DEFAULT).await.unwrap();
+        let mut bytes = raw.to_vec();
+        bytes.extend_from_slice(&body);
+        let (frame, _) = Frame::decode(&bytes, &Limits::DEFAULT)?;
+        match hs.on_frame(&frame)? {
+            Step::Send(b) => stream.write_all(&b).await.unwrap(),
+            Step::Established { session, .. } => {
+                return Ok(Raw {
+                    stream,
+                    session,
+                    next_id: 1,
+                });
+            }
+        }
+    }
+}
+
+impl Raw {
+    fn frame(&mut self, op: Opcode, key: &[u8], payload: &[u8]) -> Vec<u8> {
+        self.next_id += 1;
+        self.session
+            .sealer
+            .frame(Header::request(op, self.next_id), key, payload)
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    async fn recv(&mut self) -> std::io::Result<(Header, Vec<u8>)> {
+        let (_, raw, body) = read_frame(&mut self.stream, &Limits::DEFAULT).await?;
+        let h = self
+            .session
+            .opener
+            .verify(&raw, &[], &body, true)
+            .map_err(std::io::Error::other)?;
+        Ok((h, body))
+    }
+
+    async fn call(&mut self, op: Opcode, key: &[u8], payload: &[u8]) -> (Status, Vec<u8>) {
+        let f = self.frame(op, key, payload);
+        self.send(&f).await;
+        let (h, body) = self.recv().await.expect("response");
+        (h.status, body)
+    }
+}
+
+#[tokio::test]
+async fn put_get_delete_exists_round_trip_bit_exact() {
+    let server = Server::start(config("")).await.unwrap();
+    let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    for size in [0usize, 1, 4096, 1 << 20, 5 << 20] {
+        let value: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+        let key = format!("k{size}");
+        assert_eq!(
+            c.call(Opcode::TcpPut, key.as_bytes(), &value).await.0,
+            Status::Ok
+        );
+        let (status, got) = c.call(Opcode::TcpGet, key.as_bytes(), &[]).await;
+        assert_eq!(status, Status::Ok);
+        assert!(got == value, "size {size} differs");
+        assert_eq!(
+            c.call(Opcode::Exists, key.as_bytes(), &[]).await.0,
+            Status::Ok
+        );
+        assert_eq!(
+            c.call(Opcode::TcpDelete, key.as_bytes(), &[]).await.0,
+            Status::Ok
+        );
+        assert_eq!(
+            c.call(Opcode::TcpGet, key.as_bytes(), &[]).await.0,
+            Status::NotFound
+        );
+        assert_eq!(
+            c.call(Opcode::Exists, key.as_bytes(), &[]).await.0,
+            Status::NotFound
+        );
+    }
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn pipelined_requests_complete_and_batches_work() {
+    let server = Server::start(config("")).await.unwrap();
+    let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    let mut wire = Vec::new();
+    for i in 0..100u32 {
+        wire.extend(c.frame(Opcode::TcpPut, format!("p{i}").as_bytes(), &i.to_le_bytes()));
+    }
+    c.send(&wire).await;
+    let mut ids = Vec::new();
+    for _ in 0..100 {
+        let (h, _) = c.recv().await.unwrap();
+        assert_eq!(h.status, Status::Ok);
+        ids.push(h.request_id);
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 100);
+    let keys: Vec<String> = (0..100u32)
+        .map(|i| format!("p{i}"))
+        .chain(["missing".into()])
+        .collect();
+    let (status, body) = c
+        .call(Opcode::BatchGet, &[], &batch::encode_keys(&keys))
+        .await;
+    assert_eq!(status, Status::Ok);
+    let items = batch::decode_get_response(&body, &Limits::DEFAULT).unwrap();
+    for (i, item) in items.iter().take(100).enumerate() {
+        assert_eq!(item.status, Status::Ok);
+        assert_eq!(item.value, (i as u32).to_le_bytes());
+        assert_eq!(item.checksum, checksum::of(item.value));
+    }
+    assert_eq!(items[100].status, Status::NotFound);
+    let (_, body) = c
+        .call(Opcode::BatchExists, &[], &batch::encode_keys(&keys))
+        .await;
+    let st = batch::decode_statuses(&body, &Limits::DEFAULT).unwrap();
+    assert_eq!(st.iter().filter(|s| **s == Status::Ok).count(), 100);
+    let put = [
+        batch::PutItem {
+            key: b"bad",
+            value: b"x",
+            checksum: 7,
+        },
+        batch::PutItem {
+            key: b"good",
+            value: b"y",
+            checksum: checksum::of(b"y"),
+        },
+    ];
+    let (_, body) = c
+        .call(Opcode::BatchPut, &[], &batch::encode_put_request(&put))
+        .await;
+    assert_eq!(
+        batch::decode_statuses(&body, &Limits::DEFAULT).unwrap(),
+        vec![Status::ChecksumMismatch, Status::Ok]
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_put_with_a_wrong_checksum_is_refused_and_not_stored() {
+    let server = Server::start(config("")).await.unwrap();
+    let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    c.next_id += 1;
+    let mut h = Header::request(Opcode::TcpPut, c.next_id);
+    let value = vec![5u8; 10_000];
+    let head = c
+        .session
+        .sealer
+        .seal_with_checksum(&mut h, b"k", &[&value], 12345);
+    let mut wire = head.to_vec();
+    wire.extend_from_slice(b"k");
+    wire.extend_from_slice(&value);
+    c.send(&wire).await;
+    let (h, body) = c.recv().await.unwrap();
+    assert_eq!(
+        h.status,
+        Status::ChecksumMismatch,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert_eq!(c.call(Opcode::Exists, b"k", &[]).await.0, Status::NotFound);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn hostile_clients_are_refused_and_others_keep_working() {
+    let server = Server::start(config("")).await.unwrap();
+    let addr = server.data_addr();
+    let mut good = connect(addr, AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        good.call(Opcode::TcpPut, b"stay", b"here").await.0,
+        Status::Ok
+    );
+
+    // Wrong key: the handshake is refused with a named error.
+    match connect(addr, AuthKey::from_bytes([9; 32])).await {
+        Err(ProtoError::Refused { status, message }) => {
+            assert_eq!(status, Status::Unauthorized);
+            assert!(message.contains("wrong auth key"), "{message}");
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("wrong key accepted"),
+    }
+
+    // A replayed frame closes that connection with Unauthorized.
+    let mut c = connect(addr, AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    let f = c.frame(Opcode::Ping, &[], b"x");
+    c.send(&f).await;
+    c.recv().await.unwrap();
+    c.send(&f).await;
+    let (h, body) = c.recv().await.unwrap();
+    assert_eq!(h.status, Status::Unauthorized);
+    assert!(String::from_utf8_lossy(&body).contains("sequence"));
+    assert!(c.recv().await.is_err(), "connection should be closed");
+
+    // An oversized length is refused before anything is allocated.
+    let mut c = connect(addr, AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    let mut f = c.frame(Opcode::TcpPut, b"k", b"v");
+    f[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+    c.send(&f).await;
+    let (_, raw, body) = read_frame(&mut c.stream, &Limits::DEFAULT).await.unwrap();
+    let h = Header::decode(&raw, &Limits::DEFAULT).unwrap();
+    assert_eq!(h.status, Status::TooLarge);
+    assert!(
+        String::from_utf8_lossy(&body).contains("exceeds the limit"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+
+    // Garbage instead of a handshake.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(&[0xAB; 200]).await.unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .expect("server closes");
+
+    // A truncated handshake that then goes silent does not block anyone else.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(&memkv_proto::MAGIC).await.unwrap();
+
+    assert_eq!(
+        good.call(Opcode::TcpGet, b"stay", &[]).await,
+        (Status::Ok, b"here".to_vec())
+    );
+    drop(s);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn file_mode_keeps_acknowledged_blocks_across_restart() {
+    let dir = std::env::temp_dir().join(format!("memkv-server-file-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let extra = format!(
+        "storage:\n  mode: file\n  block_size: 1 MiB\n  drives:\n    - media: {}\n      size: 64 MiB\n    - media: {}\n      size: 64 MiB\n",
+        dir.join("d0").display(),
+        dir.join("d1").display()
+    );
+    let values: Vec<Vec<u8>> = (0..20usize)
+        .map(|i| (0..i * 50_000 + 1).map(|j| (j ^ i) as u8).collect())
+        .collect();
+    let server = Server::start(config(&extra)).await.unwrap();
+    let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    for (i, v) in values.iter().enumerate() {
+        assert_eq!(
+            c.call(Opcode::TcpPut, format!("f{i}").as_bytes(), v)
+                .await
+                .0,
+            Status::Ok
+        );
+    }
+    assert_eq!(c.call(Opcode::TcpDelete, b"f3", &[]).await.0, Status::Ok);
+    drop(c);
+    server.shutdown().await.unwrap();
+
+    let server = Server::start(config(&extra)).await.unwrap();
+    let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    for (i, v) in values.iter().enumerate() {
+        let (status, got) = c
+            .call(Opcode::TcpGet, format!("f{i}").as_bytes(), &[])
+            .await;
+        if i == 3 {
+            assert_eq!(status, Status::NotFound);
+        } else {
+            assert_eq!(status, Status::Ok, "f{i}");
+            assert!(&got == v, "f{i} differs");
+        }
+    }
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn two_phase_put_and_pinned_lookup_over_tcp_control() {
+    use memkv_proto::messages::*;
+    let server = Server::start(config("")).await.unwrap();
+    let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    let (status, body) = c
+        .call(
+            Opcode::Allocate,
+            b"two",
+            &AllocateRequest {
+                len: 3,
+                lease_ms: 0,
+            }
+            .encode(),
+        )
+        .await;
+    assert_eq!(status, Status::Ok);
+    let alloc = AllocateResponse::decode(&body).unwrap();
+    // Nothing was written into the reservation (no RDMA here): zeros commit with their checksum.
+    let wrong = CommitRequest {
+        reservation: alloc.reservation,
+        checksum: 1,
+    };
+    assert_eq!(
+        c.call(Opcode::Commit, &[], &wrong.encode()).await.0,
+        Status::ChecksumMismatch
+    );
+    let (status, body) = c
+        .call(
+            Opcode::Allocate,
+            b"two",
+            &AllocateRequest {
+                len: 3,
+                lease_ms: 0,
+            }
+            .encode(),
+        )
+        .await;
+    assert_eq!(status, Status::Ok);
+    let alloc = AllocateResponse::decode(&body).unwrap();
+    assert_eq!(
+        c.call(Opcode::Exists, b"two", &[]).await.0,
+        Status::NotFound,
+        "reservations are invisible"
+    );
+    let commit = CommitRequest {
+        reservation: alloc.reservation,
+        checksum: checksum::of(&[0, 0, 0]),
+    };
+    assert_eq!(
+        c.call(Opcode::Commit, &[], &commit.encode()).await.0,
+        Status::Ok
+    );
+    let (status, body) = c
+        .call(
+            Opcode::Lookup,
+            b"two",
+            &LookupRequest { lease_ms: 100 }.encode(),
+        )
+        .await;
+    assert_eq!(status, Status::Ok);
+    let pin = LookupResponse::decode(&body).unwrap();
+    assert_eq!((pin.len, pin.checksum), (3, checksum::of(&[0, 0, 0])));
+    assert_eq!(
+        c.call(
+            Opcode::Release,
+            &[],
+            &ReleaseRequest { pin: pin.pin }.encode()
+        )
+        .await
+        .0,
+        Status::Ok
+    );
+    assert_eq!(
+        c.call(
+            Opcode::Release,
+            &[],
+            &ReleaseRequest { pin: pin.pin }.encode()
+        )
+        .await
+        .0,
+        Status::NotFound
+    );
+    let (status, msg) = c.call(Opcode::Connect, &[], &[]).await;
+    assert_eq!(status, Status::Unsupported);
+    assert!(String::from_utf8_lossy(&msg).contains("RDMA"));
+    server.shutdown().await.unwrap();
+}
