@@ -15,6 +15,8 @@ use crate::stats::StoreStats;
 use crate::value::{Pinned, ValueRef};
 
 const REAP_EVERY: Duration = Duration::from_secs(1);
+const FULL_RETRIES: u32 = 20;
+const FULL_RETRY_WAIT: Duration = Duration::from_micros(250);
 
 enum Backend {
     Memory(MemoryBackend),
@@ -112,6 +114,7 @@ impl Store {
     fn reserve_space(&self, len: u64) -> Result<Space> {
         self.maybe_reap();
         let mut reaped = false;
+        let mut waits = 0;
         loop {
             let space = match &self.inner.backend {
                 Backend::Memory(m) => m.try_allocate(len).map(Space::Memory),
@@ -131,11 +134,19 @@ impl Store {
                     "no room for {len} bytes and eviction is disabled"
                 )));
             }
-            if !self.evict_one()? {
-                return Err(StoreError::Full(format!(
-                    "no room for {len} bytes and nothing is evictable (pinned or reserved)"
-                )));
+            if self.evict_one()? {
+                continue;
             }
+            // Space held only by in-flight writers or by readers of already evicted values
+            // comes back shortly; give it a moment before reporting Full.
+            if waits < FULL_RETRIES {
+                waits += 1;
+                std::thread::sleep(FULL_RETRY_WAIT);
+                continue;
+            }
+            return Err(StoreError::Full(format!(
+                "no room for {len} bytes and nothing is evictable (pinned, reserved or being read)"
+            )));
         }
     }
 
