@@ -356,6 +356,19 @@ mod tests {
         }
 
         #[test]
+        fn well_framed_messages_with_arbitrary_payloads_never_panic(
+            message_type in prop_oneof![Just(1u16), Just(2), Just(3), Just(4), Just(RTM_GETDCB), any::<u16>()],
+            payload in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let len = 16 + payload.len();
+            let mut bytes = (len as u32).to_ne_bytes().to_vec();
+            bytes.extend_from_slice(&message_type.to_ne_bytes());
+            bytes.extend_from_slice(&[0u8; 10]);
+            bytes.extend_from_slice(&payload);
+            let _ = parse_dcb_reply(&bytes);
+        }
+
+        #[test]
         fn mutated_valid_replies_never_panic(
             flips in proptest::collection::vec((0usize..256, any::<u8>()), 1..8),
             cut in 0usize..256,
