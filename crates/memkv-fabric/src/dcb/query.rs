@@ -33,11 +33,9 @@ impl DcbSource for NetlinkDcb {
 pub fn interpret_reply(netdev: &str, reply: DcbReply) -> DcbDetection {
     match reply {
         DcbReply::Ieee(dcb) => select_lossless_class(&dcb),
-        DcbReply::KernelError(errno) if errno == libc::EOPNOTSUPP || errno == libc::EINVAL => {
-            DcbDetection::NotSupported {
-                netdev: netdev.to_owned(),
-            }
-        }
+        DcbReply::KernelError(errno) if errno == libc::EOPNOTSUPP => DcbDetection::NotSupported {
+            netdev: netdev.to_owned(),
+        },
         DcbReply::KernelError(errno) if errno == libc::ENODEV => DcbDetection::Failed {
             reason: format!("no netdev named {netdev}"),
         },
