@@ -28,4 +28,5 @@ fn decode_payloads(payload: &[u8], limits: &Limits) {
     let _ = LookupResponse::decode(payload);
     let _ = AllocateResponse::decode(payload);
     let _ = StatsResponse::decode(payload);
+    let _ = crate::connect::RdmaEndpoint::decode(payload);
 }

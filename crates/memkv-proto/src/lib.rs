@@ -14,6 +14,7 @@
 mod auth;
 pub mod batch;
 pub mod checksum;
+pub mod connect;
 mod cursor;
 mod error;
 pub mod frame;
