@@ -1,0 +1,354 @@
+//! Batch operations: items are grouped by owning server, each server's share is cut into
+//! frames within the batch limits, and all frames run at once. Results come back in the
+//! caller's order, one per item.
+
+use memkv_proto::batch;
+use memkv_proto::{Opcode, ProtoError, Status, checksum};
+
+use crate::join::join_all;
+use crate::{Client, Error, Result};
+
+/// Bytes of a batch payload before its items (the item count).
+const BATCH_PREFIX: usize = 4;
+/// Bytes of a BatchPut item before its key and value.
+const PUT_ITEM_HEADER: usize = 14;
+/// Bytes of a key-list item before its key.
+const KEY_ITEM_HEADER: usize = 2;
+
+/// One batch frame: the server and the caller's item indices it carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Chunk {
+    pub server: usize,
+    pub items: Vec<usize>,
+}
+
+/// An item that passed local checks: its index, owner and encoded size.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Planned {
+    pub index: usize,
+    pub server: usize,
+    pub size: usize,
+}
+
+/// Groups items by server (keeping the caller's order within each) and cuts each group into
+/// chunks of at most `max_items` items and `max_bytes` payload bytes.
+pub(crate) fn plan_chunks(
+    items: &[Planned],
+    servers: usize,
+    max_items: usize,
+    max_bytes: usize,
+) -> Vec<Chunk> {
+    let mut open: Vec<Option<(Chunk, usize)>> = vec![None; servers];
+    let mut done = Vec::new();
+    for item in items {
+        let slot = &mut open[item.server];
+        if let Some((chunk, bytes)) = slot
+            && (chunk.items.len() >= max_items || *bytes + item.size > max_bytes)
+        {
+            done.push(std::mem::replace(
+                chunk,
+                Chunk {
+                    server: item.server,
+                    items: Vec::new(),
+                },
+            ));
+            *bytes = BATCH_PREFIX;
+        }
+        let (chunk, bytes) = slot.get_or_insert_with(|| {
+            (
+                Chunk {
+                    server: item.server,
+                    items: Vec::new(),
+                },
+                BATCH_PREFIX,
+            )
+        });
+        chunk.items.push(item.index);
+        *bytes += item.size;
+    }
+    done.extend(open.into_iter().flatten().map(|(c, _)| c));
+    done
+}
+
+/// Spreads chunk outcomes over the per-item results; a failed chunk fails each of its items.
+fn scatter<T>(
+    chunks: &[Chunk],
+    outcomes: Vec<Result<Vec<Result<T>>>>,
+    out: &mut [Option<Result<T>>],
+) {
+    for (chunk, outcome) in chunks.iter().zip(outcomes) {
+        match outcome {
+            Ok(items) => {
+                for (&i, r) in chunk.items.iter().zip(items) {
+                    out[i] = Some(r);
+                }
+            }
+            Err(e) => {
+                for &i in &chunk.items {
+                    out[i] = Some(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+fn item_error(client: &Client, server: usize, status: Status) -> Error {
+    Error::from_status(
+        client.server_name(server),
+        status,
+        b"batch item refused by the server",
+    )
+}
+
+impl Client {
+    fn plan_keys<K: AsRef<[u8]>, T>(
+        &self,
+        keys: &[K],
+        out: &mut [Option<Result<T>>],
+    ) -> Vec<Chunk> {
+        let mut planned = Vec::with_capacity(keys.len());
+        for (index, key) in keys.iter().enumerate() {
+            let key = key.as_ref();
+            match self.check_key(key) {
+                Ok(()) => planned.push(Planned {
+                    index,
+                    server: self.owner_index(key),
+                    size: KEY_ITEM_HEADER + key.len(),
+                }),
+                Err(e) => out[index] = Some(Err(e)),
+            }
+        }
+        self.chunks(&planned)
+    }
+
+    fn chunks(&self, planned: &[Planned]) -> Vec<Chunk> {
+        let limits = &self.inner.limits;
+        plan_chunks(
+            planned,
+            self.inner.pools.len(),
+            limits.max_batch_items,
+            usize::try_from(limits.max_frame_payload).unwrap_or(usize::MAX),
+        )
+    }
+
+    /// Stores every `(key, value)`; one result per item, in order.
+    pub async fn put_batch<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        items: &[(K, V)],
+    ) -> Vec<Result<()>> {
+        let mut out: Vec<Option<Result<()>>> = (0..items.len()).map(|_| None).collect();
+        let mut planned = Vec::with_capacity(items.len());
+        for (index, (key, value)) in items.iter().enumerate() {
+            let (key, value) = (key.as_ref(), value.as_ref());
+            match self.check_key(key).and_then(|()| self.check_value(value)) {
+                Ok(()) => planned.push(Planned {
+                    index,
+                    server: self.owner_index(key),
+                    size: PUT_ITEM_HEADER + key.len() + value.len(),
+                }),
+                Err(e) => out[index] = Some(Err(e)),
+            }
+        }
+        let chunks = self.chunks(&planned);
+        let outcomes = join_all(chunks.iter().map(|c| self.put_chunk(c, items))).await;
+        scatter(&chunks, outcomes, &mut out);
+        out.into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect()
+    }
+
+    async fn put_chunk<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        chunk: &Chunk,
+        items: &[(K, V)],
+    ) -> Result<Vec<Result<()>>> {
+        // Item headers and keys go in one small buffer; values are written from the caller's
+        // slices.
+        let mut meta = Vec::with_capacity(
+            BATCH_PREFIX
+                + chunk
+                    .items
+                    .iter()
+                    .map(|&i| PUT_ITEM_HEADER + items[i].0.as_ref().len())
+                    .sum::<usize>(),
+        );
+        meta.extend_from_slice(&(chunk.items.len() as u32).to_le_bytes());
+        let mut ends = Vec::with_capacity(chunk.items.len());
+        for &i in &chunk.items {
+            let (key, value) = (items[i].0.as_ref(), items[i].1.as_ref());
+            meta.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            meta.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            meta.extend_from_slice(&checksum::of(value).to_le_bytes());
+            meta.extend_from_slice(key);
+            ends.push(meta.len());
+        }
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + 2 * chunk.items.len());
+        parts.push(&meta[..BATCH_PREFIX]);
+        let mut start = BATCH_PREFIX;
+        for (&i, &end) in chunk.items.iter().zip(&ends) {
+            parts.push(&meta[start..end]);
+            parts.push(items[i].1.as_ref());
+            start = end;
+        }
+        let statuses = self
+            .status_batch(chunk, "put_batch", Opcode::BatchPut, &parts)
+            .await?;
+        Ok(statuses
+            .into_iter()
+            .map(|s| match s {
+                Status::Ok => Ok(()),
+                s => Err(item_error(self, chunk.server, s)),
+            })
+            .collect())
+    }
+
+    /// Sends one batch whose answer is a status list, checking it has one status per item.
+    async fn status_batch(
+        &self,
+        chunk: &Chunk,
+        op: &'static str,
+        opcode: Opcode,
+        payload: &[&[u8]],
+    ) -> Result<Vec<Status>> {
+        let r = self
+            .exchange(chunk.server, op, opcode, &[], payload, None, Vec::new())
+            .await?;
+        let server = self.server_name(chunk.server);
+        if r.status != Status::Ok {
+            return Err(Error::from_status(server, r.status, &r.payload));
+        }
+        let protocol = |source| Error::Protocol {
+            server: server.to_owned(),
+            source,
+        };
+        let statuses = batch::decode_statuses(&r.payload, &self.inner.limits).map_err(protocol)?;
+        if statuses.len() != chunk.items.len() {
+            return Err(protocol(count_mismatch(statuses.len(), chunk.items.len())));
+        }
+        Ok(statuses)
+    }
+
+    async fn key_batch<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        op: &'static str,
+        opcode: Opcode,
+    ) -> Vec<Result<bool>> {
+        let mut out: Vec<Option<Result<bool>>> = (0..keys.len()).map(|_| None).collect();
+        let chunks = self.plan_keys(keys, &mut out);
+        let outcomes = join_all(chunks.iter().map(|chunk| async move {
+            let payload = encode_chunk_keys(chunk, keys);
+            let statuses = self.status_batch(chunk, op, opcode, &[&payload]).await?;
+            Ok(statuses
+                .into_iter()
+                .map(|s| match s {
+                    Status::Ok => Ok(true),
+                    Status::NotFound => Ok(false),
+                    s => Err(item_error(self, chunk.server, s)),
+                })
+                .collect())
+        }))
+        .await;
+        scatter(&chunks, outcomes, &mut out);
+        out.into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect()
+    }
+
+    /// Whether each key exists; one result per key, in order.
+    pub async fn exists_batch<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<bool>> {
+        self.key_batch(keys, "exists_batch", Opcode::BatchExists)
+            .await
+    }
+
+    /// Removes each key; each result says whether the key existed.
+    pub async fn delete_batch<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<bool>> {
+        self.key_batch(keys, "delete_batch", Opcode::BatchDelete)
+            .await
+    }
+
+    /// The value of each key (`None` when absent); one result per key, in order. A value the
+    /// server could not fit in a batch answer (`TooLarge`) is fetched on its own.
+    pub async fn get_batch<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Vec<u8>>>> {
+        let mut out: Vec<Option<Result<Option<Vec<u8>>>>> = (0..keys.len()).map(|_| None).collect();
+        let chunks = self.plan_keys(keys, &mut out);
+        let outcomes = join_all(chunks.iter().map(|c| self.get_chunk(c, keys))).await;
+        scatter(&chunks, outcomes, &mut out);
+        let retry: Vec<usize> = out
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                matches!(
+                    r,
+                    Some(Err(Error::Server {
+                        status: Status::TooLarge,
+                        ..
+                    }))
+                )
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let singles = join_all(retry.iter().map(|&i| self.get(keys[i].as_ref()))).await;
+        for (i, r) in retry.into_iter().zip(singles) {
+            out[i] = Some(r);
+        }
+        out.into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect()
+    }
+
+    async fn get_chunk<K: AsRef<[u8]>>(
+        &self,
+        chunk: &Chunk,
+        keys: &[K],
+    ) -> Result<Vec<Result<Option<Vec<u8>>>>> {
+        let payload = encode_chunk_keys(chunk, keys);
+        let r = self
+            .exchange(
+                chunk.server,
+                "get_batch",
+                Opcode::BatchGet,
+                &[],
+                &[&payload],
+                None,
+                Vec::new(),
+            )
+            .await?;
+        let server = self.server_name(chunk.server);
+        if r.status != Status::Ok {
+            return Err(Error::from_status(server, r.status, &r.payload));
+        }
+        let protocol = |source| Error::Protocol {
+            server: server.to_owned(),
+            source,
+        };
+        let items = batch::decode_get_response(&r.payload, &self.inner.limits).map_err(protocol)?;
+        if items.len() != chunk.items.len() {
+            return Err(protocol(count_mismatch(items.len(), chunk.items.len())));
+        }
+        Ok(items
+            .into_iter()
+            .map(|item| match item.status {
+                Status::Ok => checksum::verify(item.value, item.checksum)
+                    .map(|()| Some(item.value.to_vec()))
+                    .map_err(protocol),
+                Status::NotFound => Ok(None),
+                s => Err(item_error(self, chunk.server, s)),
+            })
+            .collect())
+    }
+}
+
+fn encode_chunk_keys<K: AsRef<[u8]>>(chunk: &Chunk, keys: &[K]) -> Vec<u8> {
+    let chosen: Vec<&[u8]> = chunk.items.iter().map(|&i| keys[i].as_ref()).collect();
+    batch::encode_keys(&chosen)
+}
+
+fn count_mismatch(got: usize, sent: usize) -> ProtoError {
+    ProtoError::BadRequest(format!(
+        "batch answer has {got} items for a request of {sent}"
+    ))
+}
+
+#[cfg(test)]
+mod tests;

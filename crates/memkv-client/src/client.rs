@@ -1,0 +1,323 @@
+//! The async client: placement, per-operation deadlines and the single-key operations.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use memkv_proto::messages::StatsResponse;
+use memkv_proto::placement::Placement;
+use memkv_proto::{Limits, Opcode, ProtoError, Status};
+
+use crate::config::{ClientConfig, Transport};
+use crate::conn::{CLIENT_LIMITS, CallError, Response};
+use crate::pool::ServerPool;
+use crate::{Error, Result};
+
+pub(crate) struct Inner {
+    pub placement: Placement,
+    pub pools: Vec<ServerPool>,
+    pub limits: Limits,
+}
+
+/// A memkv client. Cheap to clone; clones share connections.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) timeout: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("servers", &self.servers())
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client over `config.servers`. Connections open on first use, so a server that is down
+    /// now only fails the operations on its keys.
+    pub async fn connect(config: ClientConfig) -> Result<Client> {
+        match config.transport {
+            Transport::Rdma => {
+                return Err(Error::Config(
+                    "transport rdma: RDMA transport not available in this build \
+                     (use transport auto or tcp)"
+                        .into(),
+                ));
+            }
+            Transport::Auto => {
+                tracing::debug!("transport auto: this build has no RDMA data plane; using TCP")
+            }
+            Transport::Tcp => {}
+        }
+        if config.servers.is_empty() {
+            return Err(Error::Config("the server list is empty".into()));
+        }
+        let pools = config
+            .servers
+            .iter()
+            .map(|s| {
+                ServerPool::new(
+                    s.clone(),
+                    config.auth_key.clone(),
+                    config.payload_mac,
+                    config.num_connections,
+                )
+            })
+            .collect();
+        Ok(Client {
+            inner: Arc::new(Inner {
+                placement: Placement::new(&config.servers),
+                pools,
+                limits: CLIENT_LIMITS,
+            }),
+            timeout: config.timeout,
+        })
+    }
+
+    /// A client from `MEMKV_CONFIG` and the `MEMKV_*` environment.
+    pub async fn from_env() -> Result<Client> {
+        Client::connect(ClientConfig::from_env()?).await
+    }
+
+    /// The same client with another per-operation deadline.
+    pub fn with_timeout(&self, timeout: Duration) -> Client {
+        Client {
+            inner: Arc::clone(&self.inner),
+            timeout,
+        }
+    }
+
+    /// The per-operation deadline.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The servers, as configured.
+    pub fn servers(&self) -> Vec<&str> {
+        self.inner.pools.iter().map(|p| p.server()).collect()
+    }
+
+    /// The server that owns `key`.
+    pub fn owner(&self, key: &[u8]) -> &str {
+        self.inner.pools[self.owner_index(key)].server()
+    }
+
+    pub(crate) fn owner_index(&self, key: &[u8]) -> usize {
+        self.inner
+            .placement
+            .owner(key)
+            .expect("a client always has at least one server")
+    }
+
+    fn server_index(&self, server: &str) -> Result<usize> {
+        self.inner
+            .pools
+            .iter()
+            .position(|p| p.server() == server)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "server {server:?} is not in the client's server list"
+                ))
+            })
+    }
+
+    pub(crate) fn check_key(&self, key: &[u8]) -> Result<()> {
+        let limit = self.inner.limits.max_key_len;
+        if key.len() > limit {
+            return Err(Error::TooLarge {
+                what: "key",
+                len: key.len() as u64,
+                limit: limit as u64,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_value(&self, value: &[u8]) -> Result<()> {
+        let limit = self.inner.limits.max_value_len;
+        if value.len() as u64 > limit {
+            return Err(Error::TooLarge {
+                what: "value",
+                len: value.len() as u64,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// One request to server `index` within the deadline. A request that never reached the
+    /// server (its pooled connection had just closed) is retried once on a fresh connection.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn exchange(
+        &self,
+        index: usize,
+        op: &'static str,
+        opcode: Opcode,
+        key: &[u8],
+        payload: &[&[u8]],
+        sum: Option<u64>,
+        buf: Vec<u8>,
+    ) -> Result<Response> {
+        let pool = &self.inner.pools[index];
+        let attempt = async {
+            let mut buf = Some(buf);
+            let mut retried = false;
+            loop {
+                let conn = pool.connection().await?;
+                let result = conn
+                    .call(opcode, key, payload, sum, buf.take().unwrap_or_default())
+                    .await;
+                match result {
+                    Ok(response) => return Ok(response),
+                    Err(CallError::NotSent(_)) if !retried => retried = true,
+                    Err(e) => return Err(e.into_error()),
+                }
+            }
+        };
+        tokio::time::timeout(self.timeout, attempt)
+            .await
+            .map_err(|_| Error::Timeout {
+                server: pool.server().to_owned(),
+                op,
+                after: self.timeout,
+            })?
+    }
+
+    pub(crate) fn server_name(&self, index: usize) -> &str {
+        self.inner.pools[index].server()
+    }
+
+    fn refused(&self, index: usize, response: &Response) -> Error {
+        Error::from_status(self.server_name(index), response.status, &response.payload)
+    }
+
+    /// Stores `value` under `key`, replacing any value.
+    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_key(key)?;
+        self.check_value(value)?;
+        let index = self.owner_index(key);
+        let r = self
+            .exchange(
+                index,
+                "put",
+                Opcode::TcpPut,
+                key,
+                &[value],
+                None,
+                Vec::new(),
+            )
+            .await?;
+        match r.status {
+            Status::Ok => Ok(()),
+            _ => Err(self.refused(index, &r)),
+        }
+    }
+
+    /// The value under `key`, or `None`.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut buf = Vec::new();
+        Ok(self.get_into(key, &mut buf).await?.then_some(buf))
+    }
+
+    /// Reads the value under `key` into `buf` (replacing its contents and reusing its
+    /// capacity); returns whether the key exists. On error `buf` is left empty.
+    pub async fn get_into(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+        self.check_key(key)?;
+        let index = self.owner_index(key);
+        let mut r = self
+            .exchange(
+                index,
+                "get",
+                Opcode::TcpGet,
+                key,
+                &[],
+                None,
+                std::mem::take(buf),
+            )
+            .await?;
+        match r.status {
+            Status::Ok => {
+                *buf = r.payload;
+                Ok(true)
+            }
+            Status::NotFound => {
+                r.payload.clear();
+                *buf = r.payload;
+                Ok(false)
+            }
+            _ => Err(self.refused(index, &r)),
+        }
+    }
+
+    /// Removes `key`; returns whether it existed.
+    pub async fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.key_status(key, "delete", Opcode::TcpDelete).await
+    }
+
+    /// Whether `key` exists.
+    pub async fn exists(&self, key: &[u8]) -> Result<bool> {
+        self.key_status(key, "exists", Opcode::Exists).await
+    }
+
+    async fn key_status(&self, key: &[u8], op: &'static str, opcode: Opcode) -> Result<bool> {
+        self.check_key(key)?;
+        let index = self.owner_index(key);
+        let r = self
+            .exchange(index, op, opcode, key, &[], None, Vec::new())
+            .await?;
+        match r.status {
+            Status::Ok => Ok(true),
+            Status::NotFound => Ok(false),
+            _ => Err(self.refused(index, &r)),
+        }
+    }
+
+    /// Round trip to `server` (as listed); returns the time it took.
+    pub async fn ping(&self, server: &str) -> Result<Duration> {
+        let index = self.server_index(server)?;
+        let probe = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+            .to_le_bytes();
+        let started = tokio::time::Instant::now();
+        let r = self
+            .exchange(
+                index,
+                "ping",
+                Opcode::Ping,
+                &[],
+                &[&probe],
+                None,
+                Vec::new(),
+            )
+            .await?;
+        if r.status != Status::Ok {
+            return Err(self.refused(index, &r));
+        }
+        if r.payload != probe {
+            return Err(Error::Protocol {
+                server: server.to_owned(),
+                source: ProtoError::BadRequest("ping answer differs from the probe".into()),
+            });
+        }
+        Ok(started.elapsed())
+    }
+
+    /// Storage counters of `server` (as listed).
+    pub async fn stats(&self, server: &str) -> Result<StatsResponse> {
+        let index = self.server_index(server)?;
+        let r = self
+            .exchange(index, "stats", Opcode::Stats, &[], &[], None, Vec::new())
+            .await?;
+        if r.status != Status::Ok {
+            return Err(self.refused(index, &r));
+        }
+        StatsResponse::decode(&r.payload).map_err(|source| Error::Protocol {
+            server: server.to_owned(),
+            source,
+        })
+    }
+}

@@ -1,0 +1,302 @@
+//! Client configuration: the YAML file named by `MEMKV_CONFIG`, then `MEMKV_*` environment
+//! overrides, then defaults (one server at `127.0.0.1:9900`, the local key file, 4 connections
+//! per server, a 5 s deadline).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use memkv_proto::AuthKey;
+use serde::Deserialize;
+
+use crate::key_file;
+use crate::{Error, Result};
+
+/// Server used when none is configured.
+pub const DEFAULT_SERVER: &str = "127.0.0.1:9900";
+/// Connections per server unless configured.
+pub const DEFAULT_NUM_CONNECTIONS: usize = 4;
+/// Most connections per server accepted from configuration.
+pub const MAX_NUM_CONNECTIONS: usize = 1024;
+/// Deadline of one operation unless configured.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest deadline accepted from configuration (one hour).
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
+/// How bulk bytes move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// RDMA when available, else TCP. This build has no RDMA data plane: TCP.
+    #[default]
+    Auto,
+    /// TCP only.
+    Tcp,
+    /// RDMA only: errors reach the caller.
+    Rdma,
+}
+
+impl Transport {
+    fn parse(text: &str, origin: &str) -> Result<Transport> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Transport::Auto),
+            "tcp" => Ok(Transport::Tcp),
+            "rdma" => Ok(Transport::Rdma),
+            other => Err(Error::Config(format!(
+                "{origin}: unknown transport {other:?}; expected auto, tcp or rdma"
+            ))),
+        }
+    }
+}
+
+/// Everything a [`crate::Client`] needs.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Server addresses exactly as listed; placement hashes these strings.
+    pub servers: Vec<String>,
+    /// The shared key.
+    pub auth_key: AuthKey,
+    /// Requested transport.
+    pub transport: Transport,
+    /// Authenticated connections kept per server.
+    pub num_connections: usize,
+    /// Default deadline of one operation.
+    pub timeout: Duration,
+    /// RDMA P_Key table index (used by the RDMA data plane).
+    pub pkey_index: Option<u16>,
+    /// RDMA devices (rails) to use.
+    pub rdma_devices: Vec<String>,
+    /// Ask servers to MAC every payload (for untrusted networks).
+    pub payload_mac: bool,
+}
+
+impl ClientConfig {
+    /// A configuration with defaults for everything but the servers and key.
+    pub fn new<S: Into<String>>(servers: impl IntoIterator<Item = S>, auth_key: AuthKey) -> Self {
+        ClientConfig {
+            servers: servers.into_iter().map(Into::into).collect(),
+            auth_key,
+            transport: Transport::Auto,
+            num_connections: DEFAULT_NUM_CONNECTIONS,
+            timeout: DEFAULT_TIMEOUT,
+            pkey_index: None,
+            rdma_devices: Vec::new(),
+            payload_mac: false,
+        }
+    }
+
+    /// Reads `MEMKV_CONFIG` (if set) and the `MEMKV_*` environment of this process.
+    pub fn from_env() -> Result<ClientConfig> {
+        let env = |name: &str| std::env::var(name).ok();
+        let file = match env("MEMKV_CONFIG") {
+            Some(path) if !path.is_empty() => {
+                let path = PathBuf::from(path);
+                let text = read_config_file(&path)?;
+                Some((path, text))
+            }
+            _ => None,
+        };
+        let file = file.as_ref().map(|(p, t)| (p.as_path(), t.as_str()));
+        ClientConfig::resolve(file, &env, &key_file::default_key_file_path())
+    }
+
+    /// Builds a configuration from a config file's text, an environment lookup and the key
+    /// file to fall back on. Environment values win over the file.
+    pub fn resolve(
+        file: Option<(&Path, &str)>,
+        env: &dyn Fn(&str) -> Option<String>,
+        key_file_path: &Path,
+    ) -> Result<ClientConfig> {
+        let (origin, raw) = match file {
+            Some((path, text)) => (path.display().to_string(), parse_file(path, text)?),
+            None => (String::new(), RawClientConfig::default()),
+        };
+        let key = |name: &str| format!("{origin}: {name}");
+
+        let servers = match env("MEMKV_SERVERS") {
+            Some(list) => parse_server_list(&list, "MEMKV_SERVERS")?,
+            None => match raw.servers {
+                Some(list) => check_servers(list, &key("servers"))?,
+                None => vec![DEFAULT_SERVER.to_owned()],
+            },
+        };
+        let auth_key = match (env("MEMKV_AUTH_KEY"), raw.auth_key) {
+            (Some(hex), _) => parse_key(&hex, "MEMKV_AUTH_KEY")?,
+            (None, Some(hex)) => parse_key(&hex, &key("auth_key"))?,
+            (None, None) => key_file::read_key_file(key_file_path).map_err(|e| {
+                Error::Config(format!(
+                    "no auth key configured (MEMKV_AUTH_KEY, auth_key in MEMKV_CONFIG) and the \
+                     local key file is unusable: {e}"
+                ))
+            })?,
+        };
+        let transport = match (env("MEMKV_TRANSPORT"), raw.transport) {
+            (Some(t), _) => Transport::parse(&t, "MEMKV_TRANSPORT")?,
+            (None, Some(t)) => Transport::parse(&t, &key("transport"))?,
+            (None, None) => Transport::Auto,
+        };
+        let num_connections = match env("MEMKV_NUM_CONNECTIONS") {
+            Some(n) => parse_int(&n, "MEMKV_NUM_CONNECTIONS", 1, MAX_NUM_CONNECTIONS as u64)?,
+            None => match raw.num_connections {
+                Some(n) => in_range(n, &key("num_connections"), 1, MAX_NUM_CONNECTIONS as u64)?,
+                None => DEFAULT_NUM_CONNECTIONS as u64,
+            },
+        } as usize;
+        let timeout_ms = match env("MEMKV_TIMEOUT_MS") {
+            Some(n) => Some(parse_int(&n, "MEMKV_TIMEOUT_MS", 1, MAX_TIMEOUT_MS)?),
+            None => match (raw.timeout_ms, raw.deadline) {
+                (Some(_), Some(_)) => {
+                    return Err(Error::Config(format!(
+                        "{origin}: set timeout_ms or deadline, not both"
+                    )));
+                }
+                (Some(ms), None) => Some(in_range(ms, &key("timeout_ms"), 1, MAX_TIMEOUT_MS)?),
+                (None, Some(text)) => Some(parse_duration_ms(&text, &key("deadline"))?),
+                (None, None) => None,
+            },
+        };
+        let pkey_index = match env("MEMKV_RDMA_PKEY_INDEX") {
+            Some(n) => Some(parse_int(&n, "MEMKV_RDMA_PKEY_INDEX", 0, u16::MAX.into())? as u16),
+            None => raw.pkey_index,
+        };
+        let rdma_devices = match env("MEMKV_RDMA_DEVICES") {
+            Some(list) => split_list(&list),
+            None => raw.rdma_devices.unwrap_or_default(),
+        };
+        Ok(ClientConfig {
+            servers,
+            auth_key,
+            transport,
+            num_connections,
+            timeout: timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis),
+            pkey_index,
+            rdma_devices,
+            payload_mac: raw.payload_mac.unwrap_or(false),
+        })
+    }
+}
+
+/// The `MEMKV_CONFIG` file as written; unknown keys are refused by name.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClientConfig {
+    servers: Option<Vec<String>>,
+    auth_key: Option<String>,
+    transport: Option<String>,
+    num_connections: Option<u64>,
+    timeout_ms: Option<u64>,
+    deadline: Option<String>,
+    pkey_index: Option<u16>,
+    rdma_devices: Option<Vec<String>>,
+    payload_mac: Option<bool>,
+}
+
+/// Config files are a few hundred bytes; refuse to read something huge by mistake.
+const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
+
+fn read_config_file(path: &Path) -> Result<String> {
+    let io = |source| Error::Io {
+        context: format!("MEMKV_CONFIG file {}", path.display()),
+        source: std::sync::Arc::new(source),
+    };
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    if len > MAX_CONFIG_FILE_BYTES {
+        return Err(Error::Config(format!(
+            "MEMKV_CONFIG file {} is {len} bytes; the limit is {MAX_CONFIG_FILE_BYTES}",
+            path.display()
+        )));
+    }
+    std::fs::read_to_string(path).map_err(io)
+}
+
+fn parse_file(path: &Path, text: &str) -> Result<RawClientConfig> {
+    if text.trim().is_empty() {
+        return Ok(RawClientConfig::default());
+    }
+    serde_norway::from_str(text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+}
+
+fn parse_key(hex: &str, origin: &str) -> Result<AuthKey> {
+    AuthKey::from_hex(hex).map_err(|e| Error::Config(format!("{origin}: {e}")))
+}
+
+fn split_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Parses `host:port,host:port`.
+pub fn parse_server_list(text: &str, origin: &str) -> Result<Vec<String>> {
+    check_servers(split_list(text), origin)
+}
+
+fn check_servers(servers: Vec<String>, origin: &str) -> Result<Vec<String>> {
+    if servers.is_empty() {
+        return Err(Error::Config(format!("{origin}: the server list is empty")));
+    }
+    for (i, s) in servers.iter().enumerate() {
+        check_server_address(s)
+            .map_err(|why| Error::Config(format!("{origin}: server {} ({s:?}) {why}", i + 1)))?;
+        if servers[..i].contains(s) {
+            return Err(Error::Config(format!(
+                "{origin}: server {s:?} is listed twice"
+            )));
+        }
+    }
+    Ok(servers)
+}
+
+fn check_server_address(s: &str) -> std::result::Result<(), &'static str> {
+    let (host, port) = s.rsplit_once(':').ok_or("is not host:port")?;
+    if host.is_empty() || host.trim() != host {
+        return Err("has no host");
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 && p < u16::MAX => Ok(()),
+        _ => Err("has no valid port (1..=65534; the admin API uses port + 1)"),
+    }
+}
+
+fn parse_int(text: &str, origin: &str, min: u64, max: u64) -> Result<u64> {
+    let n = text.trim().parse::<u64>().map_err(|_| {
+        Error::Config(format!(
+            "{origin}: {:?} is not an integer in {min}..={max}",
+            text.chars().take(32).collect::<String>()
+        ))
+    })?;
+    in_range(n, origin, min, max)
+}
+
+fn in_range(n: u64, origin: &str, min: u64, max: u64) -> Result<u64> {
+    if (min..=max).contains(&n) {
+        Ok(n)
+    } else {
+        Err(Error::Config(format!(
+            "{origin}: {n} is out of range {min}..={max}"
+        )))
+    }
+}
+
+/// `"250ms"`, `"5s"`, `"1m"`, or a bare number of milliseconds.
+fn parse_duration_ms(text: &str, origin: &str) -> Result<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let scale = match unit.trim() {
+        "" | "ms" => 1,
+        "s" => 1000,
+        "m" | "min" => 60_000,
+        _ => 0,
+    };
+    let value = digits.parse::<u64>().ok().filter(|_| scale > 0);
+    let Some(ms) = value.and_then(|v| v.checked_mul(scale)) else {
+        return Err(Error::Config(format!(
+            "{origin}: {t:?} is not a duration such as \"500ms\" or \"5s\""
+        )));
+    };
+    in_range(ms, origin, 1, MAX_TIMEOUT_MS)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,139 @@
+use super::*;
+use std::collections::HashMap;
+
+const KEY_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const KEY_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+fn resolve(file: Option<&str>, env: &[(&str, &str)]) -> Result<ClientConfig> {
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let lookup = move |name: &str| env.get(name).cloned();
+    let path = Path::new("/etc/memkv/client.yaml");
+    ClientConfig::resolve(
+        file.map(|t| (path, t)),
+        &lookup,
+        Path::new("/nonexistent/memkv/auth_key"),
+    )
+}
+
+fn err(file: Option<&str>, env: &[(&str, &str)]) -> String {
+    resolve(file, env).unwrap_err().to_string()
+}
+
+#[test]
+fn defaults_apply_when_only_a_key_is_given() {
+    let c = resolve(None, &[("MEMKV_AUTH_KEY", KEY_A)]).unwrap();
+    assert_eq!(c.servers, vec!["127.0.0.1:9900"]);
+    assert_eq!(c.num_connections, 4);
+    assert_eq!(c.timeout, Duration::from_secs(5));
+    assert_eq!(c.transport, Transport::Auto);
+    assert!(!c.payload_mac);
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let file = format!(
+        "servers: [\"a:1\", \"b:2\"]\nauth_key: {KEY_A}\ntransport: tcp\nnum_connections: 2\n\
+         timeout_ms: 700\npkey_index: 3\nrdma_devices: [mlx5_0]\npayload_mac: true\n"
+    );
+    let from_file = resolve(Some(&file), &[]).unwrap();
+    assert_eq!(from_file.servers, vec!["a:1", "b:2"]);
+    assert_eq!(from_file.auth_key.to_hex(), KEY_A);
+    assert_eq!(from_file.transport, Transport::Tcp);
+    assert_eq!(from_file.num_connections, 2);
+    assert_eq!(from_file.timeout, Duration::from_millis(700));
+    assert_eq!(from_file.pkey_index, Some(3));
+    assert_eq!(from_file.rdma_devices, vec!["mlx5_0"]);
+    assert!(from_file.payload_mac);
+
+    let env = [
+        ("MEMKV_SERVERS", "c:3, d:4"),
+        ("MEMKV_AUTH_KEY", KEY_B),
+        ("MEMKV_TRANSPORT", "auto"),
+        ("MEMKV_NUM_CONNECTIONS", "8"),
+        ("MEMKV_TIMEOUT_MS", "1500"),
+        ("MEMKV_RDMA_PKEY_INDEX", "1"),
+        ("MEMKV_RDMA_DEVICES", "mlx5_1,mlx5_2"),
+    ];
+    let c = resolve(Some(&file), &env).unwrap();
+    assert_eq!(c.servers, vec!["c:3", "d:4"]);
+    assert_eq!(c.auth_key.to_hex(), KEY_B);
+    assert_eq!(c.transport, Transport::Auto);
+    assert_eq!(c.num_connections, 8);
+    assert_eq!(c.timeout, Duration::from_millis(1500));
+    assert_eq!(c.pkey_index, Some(1));
+    assert_eq!(c.rdma_devices, vec!["mlx5_1", "mlx5_2"]);
+}
+
+#[test]
+fn deadline_accepts_units() {
+    let c = resolve(Some("deadline: 2s"), &[("MEMKV_AUTH_KEY", KEY_A)]).unwrap();
+    assert_eq!(c.timeout, Duration::from_secs(2));
+    let c = resolve(Some("deadline: 250ms"), &[("MEMKV_AUTH_KEY", KEY_A)]).unwrap();
+    assert_eq!(c.timeout, Duration::from_millis(250));
+    let e = err(Some("deadline: soon"), &[("MEMKV_AUTH_KEY", KEY_A)]);
+    assert!(e.contains("deadline"), "{e}");
+    let e = err(
+        Some("deadline: 1s\ntimeout_ms: 5"),
+        &[("MEMKV_AUTH_KEY", KEY_A)],
+    );
+    assert!(e.contains("not both"), "{e}");
+}
+
+#[test]
+fn unknown_keys_and_bad_values_name_the_key() {
+    let key = [("MEMKV_AUTH_KEY", KEY_A)];
+    let e = err(Some("serverz: [\"a:1\"]"), &key);
+    assert!(e.contains("serverz") && e.contains("client.yaml"), "{e}");
+    let e = err(Some("num_connections: 0"), &key);
+    assert!(
+        e.contains("num_connections") && e.contains("1..=1024"),
+        "{e}"
+    );
+    let e = err(Some("transport: carrier-pigeon"), &key);
+    assert!(e.contains("transport"), "{e}");
+    let e = err(
+        None,
+        &[("MEMKV_AUTH_KEY", KEY_A), ("MEMKV_TIMEOUT_MS", "soon")],
+    );
+    assert!(e.contains("MEMKV_TIMEOUT_MS"), "{e}");
+    let e = err(
+        None,
+        &[("MEMKV_AUTH_KEY", KEY_A), ("MEMKV_SERVERS", "nohost")],
+    );
+    assert!(e.contains("MEMKV_SERVERS") && e.contains("nohost"), "{e}");
+    let e = err(
+        None,
+        &[("MEMKV_AUTH_KEY", KEY_A), ("MEMKV_SERVERS", "a:1,a:1")],
+    );
+    assert!(e.contains("twice"), "{e}");
+    let e = err(None, &[("MEMKV_AUTH_KEY", KEY_A), ("MEMKV_SERVERS", " , ")]);
+    assert!(e.contains("empty"), "{e}");
+    let e = err(None, &[("MEMKV_AUTH_KEY", "abc")]);
+    assert!(e.contains("MEMKV_AUTH_KEY") && e.contains("64 hex"), "{e}");
+    let e = err(
+        None,
+        &[
+            ("MEMKV_AUTH_KEY", KEY_A),
+            ("MEMKV_RDMA_PKEY_INDEX", "70000"),
+        ],
+    );
+    assert!(e.contains("MEMKV_RDMA_PKEY_INDEX"), "{e}");
+}
+
+#[test]
+fn a_missing_key_names_every_place_to_put_one() {
+    let e = err(None, &[]);
+    assert!(
+        e.contains("MEMKV_AUTH_KEY") && e.contains("/nonexistent/memkv/auth_key"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_empty_file_means_defaults() {
+    let c = resolve(Some("\n"), &[("MEMKV_AUTH_KEY", KEY_A)]).unwrap();
+    assert_eq!(c.servers, vec![DEFAULT_SERVER]);
+}

@@ -1,0 +1,177 @@
+//! The byte-moving halves of a connection: vectored request writes and the response reader.
+
+use std::io::{ErrorKind, IoSlice};
+use std::sync::Arc;
+
+use memkv_proto::{HEADER_LEN, Opener, ProtoError};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::pending::Pending;
+use super::{Response, Writer};
+use crate::Error;
+
+/// Most slices handed to one `writev` (the kernel's IOV_MAX).
+const MAX_IOV: usize = 1024;
+
+/// Writes every part, in order, with vectored writes; no part is copied.
+pub(crate) async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    parts: &[&[u8]],
+) -> std::io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| IoSlice::new(p))
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let n = rest.len().min(MAX_IOV);
+        let written = w.write_vectored(&rest[..n]).await?;
+        if written == 0 {
+            return Err(ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut rest, written);
+    }
+    w.flush().await
+}
+
+/// Held while a request is written. If the write is abandoned half way (the caller's deadline
+/// passed and its future was dropped), the stream holds a partial frame and can never carry
+/// another: the guard then shuts the socket and fails the connection's outstanding requests.
+pub(crate) struct WriteGuard<'a> {
+    writer: &'a mut Writer,
+    shared: &'a Pending,
+    finished: bool,
+}
+
+impl<'a> WriteGuard<'a> {
+    pub fn new(writer: &'a mut Writer, shared: &'a Pending) -> Self {
+        WriteGuard {
+            writer,
+            shared,
+            finished: false,
+        }
+    }
+
+    pub fn writer(&mut self) -> &mut Writer {
+        self.writer
+    }
+
+    /// The frame went out whole (or nothing was written).
+    pub fn done(mut self) {
+        self.finished = true;
+    }
+
+    /// The write failed: close the connection with `err`.
+    pub fn fail(mut self, err: Error) {
+        self.writer.half = None;
+        self.shared.close(err);
+        self.finished = true;
+    }
+}
+
+impl Drop for WriteGuard<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.writer.half = None;
+            self.shared.close(Error::Disconnected {
+                server: self.shared.server().to_owned(),
+                reason: "a request was abandoned part-written (deadline passed)".into(),
+            });
+        }
+    }
+}
+
+/// Reads exactly `len` bytes into `buf` (cleared first), straight into its spare capacity.
+async fn read_body<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    len: usize,
+) -> std::io::Result<()> {
+    buf.clear();
+    buf.reserve_exact(len);
+    let mut limited = r.take(len as u64);
+    while buf.len() < len {
+        if limited.read_buf(buf).await? == 0 {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
+}
+
+/// Reads and verifies response frames until the connection fails, completing requests.
+pub(crate) async fn read_loop<R: AsyncRead + Unpin>(
+    shared: Arc<Pending>,
+    mut reader: R,
+    mut opener: Opener,
+) {
+    let err = loop {
+        match read_one(&shared, &mut reader, &mut opener).await {
+            Ok(()) => continue,
+            Err(e) => break e,
+        }
+    };
+    if !matches!(err, Error::Disconnected { .. }) {
+        tracing::warn!(server = shared.server(), "closing connection: {err}");
+    }
+    shared.close(err);
+}
+
+async fn read_one<R: AsyncRead + Unpin>(
+    shared: &Pending,
+    reader: &mut R,
+    opener: &mut Opener,
+) -> Result<(), Error> {
+    let server = shared.server();
+    let lost = |e: std::io::Error| Error::Disconnected {
+        server: server.to_owned(),
+        reason: if e.kind() == ErrorKind::UnexpectedEof {
+            "the server closed the connection".to_owned()
+        } else {
+            e.to_string()
+        },
+    };
+    let protocol = |source: ProtoError| Error::Protocol {
+        server: server.to_owned(),
+        source,
+    };
+    let mut raw = [0u8; HEADER_LEN];
+    reader.read_exact(&mut raw).await.map_err(lost)?;
+    // Header, sequence and limits are checked before anything is allocated from its lengths.
+    let header = opener.header(&raw).map_err(protocol)?;
+    if !header.is_response() {
+        return Err(protocol(ProtoError::BadRequest(format!(
+            "server sent a {:?} request on a client connection",
+            header.opcode
+        ))));
+    }
+    let mut entry = shared.take(header.request_id);
+    let mut buf = entry
+        .as_mut()
+        .map(|e| std::mem::take(&mut e.buf))
+        .unwrap_or_default();
+    let body = usize::try_from(header.payload_len).expect("u32 fits usize");
+    read_body(reader, &mut buf, body).await.map_err(lost)?;
+    let verified = opener.verify(&raw, &[], &buf, true).map_err(protocol);
+    let Some(entry) = entry else {
+        // A response to a request whose caller gave up; it was verified to keep the sequence.
+        return verified.map(drop);
+    };
+    if let Err(e) = verified {
+        let _ = entry.tx.send(Err(e.clone()));
+        return Err(e);
+    }
+    if entry.opcode != header.opcode {
+        let e = protocol(ProtoError::BadRequest(format!(
+            "response to request {} is a {:?}, but the request was a {:?}",
+            header.request_id, header.opcode, entry.opcode
+        )));
+        let _ = entry.tx.send(Err(e.clone()));
+        return Err(e);
+    }
+    let _ = entry.tx.send(Ok(Response {
+        status: header.status,
+        payload: buf,
+    }));
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! One authenticated, multiplexed connection to a server.
+//!
+//! Callers write their own request frames (header, key and value slices in one vectored write,
+//! so a value is never copied into a frame buffer) under the writer lock, which also keeps
+//! sequence numbers in write order. A reader task reads response frames, verifies each with the
+//! session's opener, and completes the waiting request by id, in whatever order the server
+//! answers. A frame that fails verification, or a request abandoned half-written, closes the
+//! connection and fails everything outstanding on it.
+
+mod handshake;
+mod io;
+mod pending;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use memkv_proto::{Header, Limits, Opcode, Sealer, Status, checksum};
+use tokio::io::BufReader;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+pub(crate) use handshake::Dial;
+use pending::Pending;
+
+use crate::Error;
+
+/// Bytes the reader buffers; larger payloads bypass the buffer and land in their own Vec.
+const READ_BUFFER: usize = 256 * 1024;
+
+/// A successful exchange: the server's status and payload (an error message unless `Ok`).
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub status: Status,
+    pub payload: Vec<u8>,
+}
+
+/// Why a call failed.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// Nothing reached the server: the connection was already closed. Safe to retry.
+    NotSent(Error),
+    /// The request may have reached the server.
+    Failed(Error),
+}
+
+impl CallError {
+    pub fn into_error(self) -> Error {
+        match self {
+            CallError::NotSent(e) | CallError::Failed(e) => e,
+        }
+    }
+}
+
+struct Writer {
+    half: Option<OwnedWriteHalf>,
+    sealer: Sealer,
+}
+
+/// One connection; dropping it closes the socket and stops its reader.
+pub(crate) struct Connection {
+    shared: Arc<Pending>,
+    writer: Mutex<Writer>,
+    next_id: AtomicU64,
+    reader: JoinHandle<()>,
+}
+
+impl Connection {
+    /// Connects, authenticates and starts the reader task.
+    pub async fn open(dial: &Dial<'_>) -> crate::Result<Connection> {
+        let (stream, session) = handshake::open(dial).await?;
+        let (read_half, write_half) = stream.into_split();
+        let shared = Arc::new(Pending::new(dial.server));
+        let reader = tokio::spawn(io::read_loop(
+            Arc::clone(&shared),
+            BufReader::with_capacity(READ_BUFFER, read_half),
+            session.opener,
+        ));
+        Ok(Connection {
+            shared,
+            writer: Mutex::new(Writer {
+                half: Some(write_half),
+                sealer: session.sealer,
+            }),
+            next_id: AtomicU64::new(1),
+            reader,
+        })
+    }
+
+    /// Whether the connection can still carry requests.
+    pub fn is_open(&self) -> bool {
+        !self.shared.is_closed()
+    }
+
+    /// Sends one request and waits for its response. `payload` is written as given (vectored);
+    /// `sum` is its checksum when the caller has it. `buf` is reused for the response payload.
+    pub async fn call(
+        &self,
+        opcode: Opcode,
+        key: &[u8],
+        payload: &[&[u8]],
+        sum: Option<u64>,
+        buf: Vec<u8>,
+    ) -> Result<Response, CallError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // Registered before writing: the response may arrive before the write returns.
+        let (rx, registration) = self
+            .shared
+            .register(id, opcode, buf)
+            .map_err(CallError::NotSent)?;
+        // Hash outside the writer lock so other requests are not held up by a large value.
+        let sum = sum.unwrap_or_else(|| checksum::of_parts(payload));
+        {
+            let mut writer = self.writer.lock().await;
+            let mut guard = io::WriteGuard::new(&mut writer, &self.shared);
+            let w = guard.writer();
+            let Some(half) = w.half.as_mut() else {
+                return Err(CallError::NotSent(self.shared.closed_error()));
+            };
+            let mut header = Header::request(opcode, id);
+            let head = w.sealer.seal_with_checksum(&mut header, key, payload, sum);
+            let mut parts: Vec<&[u8]> = Vec::with_capacity(2 + payload.len());
+            parts.push(&head);
+            parts.push(key);
+            parts.extend_from_slice(payload);
+            if let Err(e) = io::write_all_vectored(half, &parts).await {
+                let err = Error::Disconnected {
+                    server: self.shared.server().to_owned(),
+                    reason: format!("writing a request: {e}"),
+                };
+                guard.fail(err.clone());
+                return Err(CallError::NotSent(err));
+            }
+            guard.done();
+        }
+        let result = rx.await;
+        registration.disarm();
+        match result {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(CallError::Failed(e)),
+            Err(_) => Err(CallError::Failed(self.shared.closed_error())),
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.shared.close(Error::Disconnected {
+            server: self.shared.server().to_owned(),
+            reason: "the client closed the connection".into(),
+        });
+    }
+}
+
+/// The limits this client accepts from servers (the protocol defaults).
+pub(crate) const CLIENT_LIMITS: Limits = Limits::DEFAULT;
