@@ -1,0 +1,62 @@
+//! Real servers on loopback for the client's integration tests.
+#![allow(dead_code)] // Each test binary uses a different part.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use memkv_client::{AuthKey, Client, ClientConfig};
+use memkv_server::Server;
+use memkv_server::config::ServerConfig;
+
+pub const KEY_HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+pub const OTHER_KEY_HEX: &str = "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+
+/// A memory-mode server config on `address` with extra YAML sections appended.
+pub fn server_config(address: &str, extra: &str) -> ServerConfig {
+    let yaml = format!(
+        "network:\n  address: {address}\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 256 MiB\n{extra}"
+    );
+    ServerConfig::from_yaml_str(&yaml, "client test").expect("valid test config")
+}
+
+pub async fn start(extra: &str) -> Server {
+    Server::start(server_config("127.0.0.1:0", extra))
+        .await
+        .expect("server starts")
+}
+
+pub fn key() -> AuthKey {
+    AuthKey::from_hex(KEY_HEX).unwrap()
+}
+
+pub fn client_config(servers: &[&Server]) -> ClientConfig {
+    let addrs: Vec<String> = servers.iter().map(|s| s.data_addr().to_string()).collect();
+    let mut config = ClientConfig::new(addrs, key());
+    config.timeout = Duration::from_secs(10);
+    config
+}
+
+pub async fn client(servers: &[&Server]) -> Client {
+    Client::connect(client_config(servers)).await.unwrap()
+}
+
+/// Deterministic bytes that differ per `seed` and position.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A fresh directory under the system temp dir, removed first if left over.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("memkv-client-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
