@@ -201,6 +201,15 @@ lists:
         assert_eq!(lines.key_at_line(1), None);
     }
 
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in "[ a-z:#|>'\"\\-\n\t\u{e9}]{0,200}") {
+            let lines = KeyLines::scan(&text);
+            let _ = lines.line_of("a.b[0].c");
+            let _ = lines.key_at_line(1);
+        }
+    }
+
     #[test]
     fn odd_text_does_not_panic() {
         for text in [

@@ -505,3 +505,22 @@ fn debug_output_never_shows_the_key() {
     assert!(shown.contains("AuthKey(<redacted>)"), "{shown}");
     assert!(!shown.contains(&KEY[..16]), "{shown}");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+    /// Hostile or garbled files get an error, never a panic.
+    #[test]
+    fn arbitrary_yaml_never_panics(text in "[ a-z_.:#|>\\[\\]{}'\"\\-\n0-9]{0,160}") {
+        let _ = parse(&text);
+    }
+
+    #[test]
+    fn sections_with_arbitrary_values_never_panic(
+        section in proptest::sample::select(vec!["network", "memory", "storage", "rdma", "limits", "logging"]),
+        key in proptest::sample::select(vec!["address", "auth_key", "block_size", "max_size", "mode", "mtu", "drives", "level", "max_value_size", "gid_index"]),
+        value in "[ -~]{0,40}",
+    ) {
+        let _ = parse(&format!("{section}:\n  {key}: {value}\n"));
+    }
+}
