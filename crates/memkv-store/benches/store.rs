@@ -1,1 +1,128 @@
-fn main() {}
+//! Put/get throughput of both modes next to the plain operation they are built on, measured in
+//! the same run: memory mode against `memcpy` into a preallocated buffer, file mode against
+//! `pwrite` + `fdatasync` / `pread` on a plain file in the same directory.
+//!
+//! Run: `cargo bench -p memkv-store -- --warm-up-time 1 --measurement-time 3`
+//! (`MEMKV_BENCH_DIR` picks the directory for file mode; default: the system temp dir).
+
+use std::fs::OpenOptions;
+use std::hint::black_box;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use memkv_store::{DriveConfig, Store, StoreConfig, StoreMode};
+
+const SIZES: [(usize, &str); 4] = [
+    (4 << 10, "4KiB"),
+    (256 << 10, "256KiB"),
+    (1 << 20, "1MiB"),
+    (4 << 20, "4MiB"),
+];
+
+fn payload(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 131 % 251) as u8).collect()
+}
+
+fn bench_dir() -> PathBuf {
+    let base = std::env::var_os("MEMKV_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("memkv-store-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn memory(c: &mut Criterion) {
+    let store = Store::open(StoreConfig::memory(256 << 20)).unwrap();
+    eprintln!("arena backing: {:?}", store.arena().unwrap().backing);
+    for (group_name, is_put) in [("memory_put", true), ("memory_read", false)] {
+        let mut g = c.benchmark_group(group_name);
+        for (len, label) in SIZES {
+            let data = payload(len);
+            g.throughput(Throughput::Bytes(len as u64));
+            let mut dst = vec![0u8; len];
+            g.bench_function(BenchmarkId::new("memcpy", label), |b| {
+                b.iter(|| {
+                    dst.copy_from_slice(black_box(&data));
+                    black_box(&dst);
+                })
+            });
+            let key = format!("k{label}");
+            store.put(key.as_bytes(), &data).unwrap();
+            if is_put {
+                g.bench_function(BenchmarkId::new("store", label), |b| {
+                    b.iter(|| store.put(key.as_bytes(), black_box(&data)).unwrap())
+                });
+            } else {
+                let mut buf = Vec::with_capacity(len);
+                g.bench_function(BenchmarkId::new("store_read_into", label), |b| {
+                    b.iter(|| black_box(store.read_into(key.as_bytes(), &mut buf).unwrap()))
+                });
+                g.bench_function(BenchmarkId::new("store_get_zero_copy", label), |b| {
+                    b.iter(|| black_box(store.get(key.as_bytes()).unwrap().unwrap().len()))
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+fn file(c: &mut Criterion) {
+    let dir = bench_dir();
+    let mut cfg = StoreConfig::file(vec![DriveConfig {
+        path: dir.join("drive0"),
+        size: Some(1 << 30),
+    }]);
+    if let StoreMode::File { block_size, .. } = &mut cfg.mode {
+        *block_size = 4 << 20;
+    }
+    let store = Store::open(cfg).unwrap();
+    let plain = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join("plain"))
+        .unwrap();
+    plain.set_len(64 << 20).unwrap();
+    for (group_name, is_put) in [("file_put", true), ("file_read", false)] {
+        let mut g = c.benchmark_group(group_name);
+        for (len, label) in SIZES {
+            let data = payload(len);
+            g.throughput(Throughput::Bytes(len as u64));
+            let key = format!("k{label}");
+            store.put(key.as_bytes(), &data).unwrap();
+            plain.write_all_at(&data, 0).unwrap();
+            if is_put {
+                g.bench_function(BenchmarkId::new("plain_write_fdatasync", label), |b| {
+                    b.iter(|| {
+                        plain.write_all_at(black_box(&data), 0).unwrap();
+                        plain.sync_data().unwrap();
+                    })
+                });
+                g.bench_function(BenchmarkId::new("store", label), |b| {
+                    b.iter(|| store.put(key.as_bytes(), black_box(&data)).unwrap())
+                });
+            } else {
+                let mut buf = vec![0u8; len];
+                g.bench_function(BenchmarkId::new("plain_pread", label), |b| {
+                    b.iter(|| {
+                        plain.read_exact_at(&mut buf, 0).unwrap();
+                        black_box(&buf);
+                    })
+                });
+                let mut out = Vec::with_capacity(len);
+                g.bench_function(BenchmarkId::new("store_read_into", label), |b| {
+                    b.iter(|| black_box(store.read_into(key.as_bytes(), &mut out).unwrap()))
+                });
+            }
+        }
+        g.finish();
+    }
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, memory, file);
+criterion_main!(benches);

@@ -18,7 +18,8 @@ use crate::store::Inner;
 /// Space held by a reservation.
 pub(crate) enum Space {
     Memory(ArenaBlock),
-    File(FileSpace),
+    /// Boxed: the streaming hasher state is large.
+    File(Box<FileSpace>),
 }
 
 impl Space {

@@ -20,7 +20,7 @@ const FULL_RETRY_WAIT: Duration = Duration::from_micros(250);
 
 enum Backend {
     Memory(MemoryBackend),
-    File(FileBackend),
+    File(Box<FileBackend>),
 }
 
 pub(crate) struct Inner {
@@ -75,7 +75,7 @@ impl Store {
                 }
                 let f = FileBackend::open(drives, *block_size)?;
                 let cap = f.device_stats().iter().map(|d| d.usable).sum();
-                (Backend::File(f), cap)
+                (Backend::File(Box::new(f)), cap)
             }
         };
         let value_limit = config.max_value_size.min(capacity);
@@ -118,7 +118,7 @@ impl Store {
         loop {
             let space = match &self.inner.backend {
                 Backend::Memory(m) => m.try_allocate(len).map(Space::Memory),
-                Backend::File(f) => f.try_allocate(len).map(Space::File),
+                Backend::File(f) => f.try_allocate(len).map(|s| Space::File(Box::new(s))),
             };
             if let Some(s) = space {
                 return Ok(s);
@@ -205,7 +205,7 @@ impl Store {
     fn commit_space(&self, key: &[u8], space: Space, checksum: u64, verify: bool) -> Result<()> {
         match (&self.inner.backend, space) {
             (Backend::Memory(m), Space::Memory(b)) => m.commit(key, b, checksum, verify),
-            (Backend::File(f), Space::File(s)) => f.commit(key, s, checksum, verify),
+            (Backend::File(f), Space::File(s)) => f.commit(key, *s, checksum, verify),
             _ => Err(StoreError::BadRequest(
                 "reservation belongs to another mode".into(),
             )),
@@ -225,7 +225,7 @@ impl Store {
                 f.write_space(&mut s, 0, value)?;
                 // The hash was computed while writing in order; commit compares the same digest.
                 let sum = xxhash_rust::xxh3::xxh3_64(value);
-                f.commit(key, s, sum, false)
+                f.commit(key, *s, sum, false)
             }
         }
     }

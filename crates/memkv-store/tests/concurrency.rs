@@ -132,9 +132,9 @@ fn hammer(store: Arc<Store>, threads: u64, ops: u64, max_len: u64) {
 
 #[test]
 fn memory_mode_no_torn_reads_under_eviction() {
-    // 32 MiB (16 granules) for 12 keys of up to 1.5 MiB (2 granules each) plus 8 writers:
-    // puts keep evicting while others read.
-    let store = Arc::new(Store::open(StoreConfig::memory(32 << 20)).unwrap());
+    // 16 MiB for 12 keys of up to 1.5 MiB plus 8 writers' reservations: puts keep evicting
+    // while others read.
+    let store = Arc::new(Store::open(StoreConfig::memory(16 << 20)).unwrap());
     hammer(Arc::clone(&store), 8, 600, 1_500_000);
     assert!(
         store.stats().evictions > 0,

@@ -1,13 +1,23 @@
 //! Arena bookkeeping: which `(offset, length)` ranges are handed out. No memory is touched here.
 //!
-//! Large values (at least one granule) take a contiguous run of granules, chosen best-fit from a
-//! coalescing free list. Smaller values take a slot of the nearest size class (four classes per
-//! power of two, so rounding wastes under 25%); a class carves slots out of slabs of one or more
-//! granules, sized so the slab tail left over is small. An emptied slab goes back to the granules.
+//! Three tiers, so no value wastes more than a fraction of its size:
+//! * values of at least one granule take a contiguous run of granules (best fit, coalescing);
+//! * medium values (above 1/16 granule) take a run of 1/64-granule pages inside a shared
+//!   granule ([`pages`]);
+//! * small values take a slot of the nearest size class (four per power of two, so rounding
+//!   wastes under 25%), carved from slabs of one or more granules sized so little is left over.
+//!
+//! Emptied slabs and page granules go back to the granule pool.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+mod granules;
+mod pages;
+
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use granules::GranuleMap;
+use pages::{PAGES_PER_GRANULE, PageMap};
 
 const MIN_CLASS: u64 = 64;
 const MAX_SLAB_GRANULES: u64 = 8;
@@ -24,8 +34,20 @@ pub(crate) struct Allocation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AllocKind {
     Empty,
-    Granules { start: u64, count: u64 },
-    Slot { class: usize, slab: u64, slot: u32 },
+    Granules {
+        start: u64,
+        count: u64,
+    },
+    Pages {
+        granule: u64,
+        first: u32,
+        count: u32,
+    },
+    Slot {
+        class: usize,
+        slab: u64,
+        slot: u32,
+    },
 }
 
 /// Counters for stats and fragmentation reports.
@@ -36,49 +58,6 @@ pub struct AllocStats {
     /// Granules in use, by large values or by slabs.
     pub granules_used: u64,
     pub granules_total: u64,
-}
-
-#[derive(Default)]
-struct GranuleMap {
-    by_start: BTreeMap<u64, u64>,
-    by_size: BTreeSet<(u64, u64)>,
-    used: u64,
-}
-
-impl GranuleMap {
-    fn take(&mut self, count: u64) -> Option<u64> {
-        let &(size, start) = self.by_size.range((count, 0)..).next()?;
-        self.by_size.remove(&(size, start));
-        self.by_start.remove(&start);
-        if size > count {
-            self.insert_free(start + count, size - count);
-        }
-        self.used += count;
-        Some(start)
-    }
-
-    fn insert_free(&mut self, start: u64, count: u64) {
-        self.by_start.insert(start, count);
-        self.by_size.insert((count, start));
-    }
-
-    fn give_back(&mut self, mut start: u64, mut count: u64) {
-        self.used -= count;
-        if let Some((&prev, &prev_len)) = self.by_start.range(..start).next_back()
-            && prev + prev_len == start
-        {
-            self.by_start.remove(&prev);
-            self.by_size.remove(&(prev_len, prev));
-            start = prev;
-            count += prev_len;
-        }
-        if let Some(&next_len) = self.by_start.get(&(start + count)) {
-            self.by_start.remove(&(start + count));
-            self.by_size.remove(&(next_len, start + count));
-            count += next_len;
-        }
-        self.insert_free(start, count);
-    }
 }
 
 struct Slab {
@@ -99,6 +78,8 @@ pub(crate) struct Allocator {
     granule: u64,
     granules_total: u64,
     granules: Mutex<GranuleMap>,
+    pages: Mutex<PageMap>,
+    page_size: u64,
     class_sizes: Vec<u64>,
     classes: Vec<Mutex<SlabClass>>,
     reserved: AtomicU64,
@@ -106,10 +87,7 @@ pub(crate) struct Allocator {
 
 impl Allocator {
     pub fn new(granule: u64, granules_total: u64) -> Self {
-        let mut map = GranuleMap::default();
-        if granules_total > 0 {
-            map.insert_free(0, granules_total);
-        }
+        let map = GranuleMap::new(granules_total);
         let class_sizes = size_classes(granule);
         let classes = class_sizes
             .iter()
@@ -128,6 +106,8 @@ impl Allocator {
             granule,
             granules_total,
             granules: Mutex::new(map),
+            pages: Mutex::new(PageMap::default()),
+            page_size: granule / u64::from(PAGES_PER_GRANULE),
             class_sizes,
             classes,
             reserved: AtomicU64::new(0),
@@ -144,12 +124,17 @@ impl Allocator {
             });
         }
         let class = self.class_sizes.partition_point(|&s| s < len);
-        // A slab needing more contiguous granules than are free can still leave room for the
-        // value itself as a granule run.
-        let alloc = match (class < self.class_sizes.len())
-            .then(|| self.allocate_slot(class))
-            .flatten()
-        {
+        let pages = len.div_ceil(self.page_size);
+        // A slab or page granule needs free granules too; when that fails the value may still
+        // fit as a granule run of its own.
+        let tiered = if class < self.class_sizes.len() {
+            self.allocate_slot(class)
+        } else if pages < u64::from(PAGES_PER_GRANULE) {
+            self.allocate_pages(pages as u32)
+        } else {
+            None
+        };
+        let alloc = match tiered {
             Some(a) => a,
             None => {
                 let count = len.div_ceil(self.granule);
@@ -163,6 +148,26 @@ impl Allocator {
         };
         self.reserved.fetch_add(alloc.reserved, Ordering::Relaxed);
         Some(alloc)
+    }
+
+    fn allocate_pages(&self, count: u32) -> Option<Allocation> {
+        let mut p = lock(&self.pages);
+        let (granule, first) = match p.take(count) {
+            Some(found) => found,
+            None => {
+                let g = lock(&self.granules).take(1)?;
+                p.take_in_new(g, count)
+            }
+        };
+        Some(Allocation {
+            offset: granule * self.granule + u64::from(first) * self.page_size,
+            reserved: u64::from(count) * self.page_size,
+            kind: AllocKind::Pages {
+                granule,
+                first,
+                count,
+            },
+        })
     }
 
     fn allocate_slot(&self, class: usize) -> Option<Allocation> {
@@ -200,6 +205,16 @@ impl Allocator {
         match alloc.kind {
             AllocKind::Empty => {}
             AllocKind::Granules { start, count } => lock(&self.granules).give_back(start, count),
+            AllocKind::Pages {
+                granule,
+                first,
+                count,
+            } => {
+                let mut p = lock(&self.pages);
+                if p.give_back(granule, first, count) {
+                    lock(&self.granules).give_back(granule, 1);
+                }
+            }
             AllocKind::Slot { class, slab, slot } => {
                 let mut c = lock(&self.classes[class]);
                 let slots = c.slots_per_slab as usize;
@@ -231,19 +246,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// 64, 80, 96, 112, 128, 160, ... : four steps per power of two, all below one granule.
+/// 64, 80, 96, 112, 128, 160, ... : four steps per power of two, up to 1/16 granule.
 fn size_classes(granule: u64) -> Vec<u64> {
+    let largest = granule / 16;
     let mut out = Vec::new();
     let mut pow = MIN_CLASS;
-    while pow < granule {
+    while pow < largest {
         for step in 0..4 {
-            let size = pow + step * pow / 4;
-            if size < granule {
-                out.push(size);
-            }
+            out.push(pow + step * pow / 4);
         }
         pow *= 2;
     }
+    out.push(largest);
     out
 }
 
@@ -271,7 +285,8 @@ mod tests {
         for w in classes.windows(2) {
             assert!(w[1] > w[0] && w[1] <= w[0] + w[0] / 3 + 1, "{w:?}");
         }
-        assert!(best_slab_granules(2 << 20, 1_310_720) > 1);
+        assert_eq!(*classes.last().unwrap(), 128 << 10);
+        assert_eq!(best_slab_granules(2 << 20, 80), 1);
     }
 
     proptest! {
