@@ -14,15 +14,26 @@ pub const NONCE_LEN: usize = 32;
 #[derive(Clone)]
 pub struct AuthKey([u8; AUTH_KEY_LEN]);
 
-/// Why a hex string is not a valid key. Never echoes the text.
+/// Number of hex characters in a written key.
+pub const AUTH_KEY_HEX_LEN: usize = 2 * AUTH_KEY_LEN;
+
+/// Why a hex string is not a valid key. Never echoes the text: it may be a real key with a typo.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyParseError {
     /// Wrong number of characters.
-    #[error("auth key must be 64 hex characters, got {0}")]
-    Length(usize),
-    /// A character outside 0-9, a-f, A-F.
-    #[error("auth key has a non-hex character at position {0}")]
-    NotHex(usize),
+    #[error("expected {AUTH_KEY_HEX_LEN} hex characters, got {got}")]
+    WrongLength {
+        /// Characters present.
+        got: usize,
+    },
+    /// A character outside 0-9, a-f, A-F (1-based position).
+    #[error(
+        "expected {AUTH_KEY_HEX_LEN} hex characters, found a non-hex character at position {position}"
+    )]
+    NotHex {
+        /// 1-based position of the first bad character.
+        position: usize,
+    },
 }
 
 impl AuthKey {
@@ -35,13 +46,17 @@ impl AuthKey {
     pub fn from_hex(text: &str) -> Result<AuthKey, KeyParseError> {
         let text = text.trim();
         let chars = text.chars().count();
-        if chars != 2 * AUTH_KEY_LEN || text.len() != chars {
-            return Err(KeyParseError::Length(chars));
+        if chars != AUTH_KEY_HEX_LEN || text.len() != chars {
+            return Err(KeyParseError::WrongLength { got: chars });
         }
         let mut out = [0u8; AUTH_KEY_LEN];
         for (i, pair) in text.as_bytes().chunks_exact(2).enumerate() {
-            let hi = hex_value(pair[0]).ok_or(KeyParseError::NotHex(2 * i))?;
-            let lo = hex_value(pair[1]).ok_or(KeyParseError::NotHex(2 * i + 1))?;
+            let hi = hex_value(pair[0]).ok_or(KeyParseError::NotHex {
+                position: 2 * i + 1,
+            })?;
+            let lo = hex_value(pair[1]).ok_or(KeyParseError::NotHex {
+                position: 2 * i + 2,
+            })?;
             out[i] = hi << 4 | lo;
         }
         Ok(AuthKey(out))
@@ -52,12 +67,23 @@ impl AuthKey {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The raw key bytes. Handle with care.
+    pub fn as_bytes(&self) -> &[u8; AUTH_KEY_LEN] {
+        &self.0
+    }
+
     pub(crate) fn mac(&self) -> HmacSha256 {
         keyed(&self.0)
     }
 }
 
 impl std::fmt::Debug for AuthKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuthKey(<redacted>)")
+    }
+}
+
+impl std::fmt::Display for AuthKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("AuthKey(<redacted>)")
     }
@@ -153,10 +179,13 @@ mod tests {
         let key = AuthKey::from_hex(hex).unwrap();
         assert_eq!(key.to_hex(), hex.to_lowercase());
         assert_eq!(format!("{key:?}"), "AuthKey(<redacted>)");
-        assert_eq!(AuthKey::from_hex("abc"), Err(KeyParseError::Length(3)));
+        assert_eq!(
+            AuthKey::from_hex("abc"),
+            Err(KeyParseError::WrongLength { got: 3 })
+        );
         let bad = format!("{}zz", &hex[..62]);
         let err = AuthKey::from_hex(&bad).unwrap_err();
-        assert_eq!(err, KeyParseError::NotHex(62));
+        assert_eq!(err, KeyParseError::NotHex { position: 63 });
         assert!(!err.to_string().contains("zz"));
         assert!(AuthKey::from_hex(&"é".repeat(32)).is_err());
     }

@@ -29,7 +29,7 @@ pub mod placement;
 mod session;
 mod status;
 
-pub use auth::{AUTH_KEY_LEN, AuthKey, KeyParseError, NONCE_LEN};
+pub use auth::{AUTH_KEY_HEX_LEN, AUTH_KEY_LEN, AuthKey, KeyParseError, NONCE_LEN};
 pub use error::ProtoError;
 pub use frame::Frame;
 pub use handshake::{ClientHandshake, OPTION_PAYLOAD_MAC, ServerHandshake, Step};

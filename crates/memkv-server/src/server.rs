@@ -64,8 +64,6 @@ impl Server {
                 tracing::info!(path = %path.display(), "auth key from key file")
             }
         }
-        let key = memkv_proto::AuthKey::from_hex(&key.to_hex())
-            .map_err(|e| StartError::AuthKey(e.to_string()))?;
         let address = config.network.address;
         let listener = TcpListener::bind(address)
             .await

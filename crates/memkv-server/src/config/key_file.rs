@@ -91,7 +91,7 @@ pub fn load_or_create_key_file(path: &Path) -> Result<(AuthKey, bool), KeyFileEr
         path: path.to_owned(),
         source,
     };
-    let key = AuthKey::generate().map_err(|source| KeyFileError::Random {
+    let key = super::auth_key::generate().map_err(|source| KeyFileError::Random {
         path: path.to_owned(),
         source,
     })?;
