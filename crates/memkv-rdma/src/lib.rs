@@ -1,1 +1,39 @@
-//! memkv-rdma
+//! memkv-rdma: the verbs data plane.
+//!
+//! - [`RdmaDevice::open`] opens the port the fabric plan allows ([`memkv_fabric::Fabric`]).
+//! - Memory: [`RdmaDevice::register_arena`] (the server's arena, one region peers READ and
+//!   WRITE), [`RegisteredBuffer`] (library-owned, safe), [`RdmaDevice::register_user`]
+//!   (caller buffers), [`StagingPool`] (for data that is not registered).
+//! - [`RcQueuePair`]: created in INIT, advertised with [`RcQueuePair::local_endpoint`] (the
+//!   Connect payload), connected with [`RcQueuePair::connect`], then async one-sided
+//!   [`RcQueuePair::write`] / [`RcQueuePair::read`] and their batched forms. A completion
+//!   thread per queue pair settles operations; a per-peer congestion window ([`window`])
+//!   bounds the work requests in flight.
+//!
+//! `unsafe` lives in the verbs and memory layers (`core`, `completion`, `memory`, `staging`).
+
+mod completion;
+mod core;
+pub mod device;
+mod endpoint;
+pub mod error;
+pub mod gate;
+pub mod memory;
+pub mod metrics_names;
+pub mod qp;
+mod slot;
+pub mod staging;
+pub mod status;
+pub mod transfer;
+pub mod window;
+
+pub use device::{PortLimits, RdmaDevice};
+pub use error::RdmaError;
+pub use gate::PeerWindow;
+pub use memkv_proto::connect::RdmaEndpoint;
+pub use memory::{LocalMemory, MemoryRegion, RegisteredBuffer};
+pub use qp::{QpOptions, QpTransport, RcQueuePair};
+pub use staging::{StagingBuffer, StagingPool};
+pub use status::WcStatus;
+pub use transfer::Transfer;
+pub use window::CongestionWindow;

@@ -1,0 +1,400 @@
+//! The state of one queue pair shared by its handle, its operations and its completion
+//! thread: the verbs objects, the work requests in flight, and whether the pair is broken.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use rdma_mummy_sys::{ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc, ibv_wr_opcode};
+use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel};
+use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair, QueuePairAttribute, QueuePairState};
+
+use crate::device::RdmaDevice;
+use crate::error::RdmaError;
+use crate::gate::PeerWindow;
+use crate::metrics_names::{OP_LABEL, STATUS_LABEL, WC_ERRORS_TOTAL, WR_TOTAL};
+use crate::qp::QpOptions;
+use crate::slot::Slot;
+use crate::status::WcStatus;
+use crate::transfer::Chunk;
+
+/// How long after a timeout the completion thread waits for the NIC to flush a request before
+/// it gives up on the NIC and ends the operation anyway.
+pub(crate) const FLUSH_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Write,
+    Read,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Write => "RDMA WRITE",
+            Op::Read => "RDMA READ",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Op::Write => "write",
+            Op::Read => "read",
+        }
+    }
+
+    fn opcode(self) -> u32 {
+        match self {
+            Op::Write => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+            Op::Read => ibv_wr_opcode::IBV_WR_RDMA_READ,
+        }
+    }
+}
+
+struct InFlight {
+    slot: Arc<Slot>,
+    op: Op,
+    posted_at: Instant,
+    timed_out: bool,
+}
+
+pub(crate) struct Connection {
+    pub window: Arc<PeerWindow>,
+}
+
+pub(crate) struct QpCore {
+    // Field order is drop order: the queue pair (which holds its CQ) before the channel.
+    qp: Mutex<BasicQueuePair>,
+    pub cq: Arc<BasicCompletionQueue>,
+    pub channel: Arc<CompletionChannel>,
+    pub device: Arc<RdmaDevice>,
+    pub qp_num: u32,
+    pub psn: u32,
+    pub options: QpOptions,
+    pub connection: OnceLock<Connection>,
+    in_flight: Mutex<HashMap<u64, InFlight>>,
+    next_wr_id: AtomicU64,
+    broken: Mutex<Option<String>>,
+    is_broken: AtomicBool,
+    pub shutdown: AtomicBool,
+    /// Written to wake the completion thread (shutdown).
+    wake: OwnedFd,
+}
+
+impl QpCore {
+    pub fn new(
+        qp: BasicQueuePair,
+        cq: Arc<BasicCompletionQueue>,
+        channel: Arc<CompletionChannel>,
+        device: Arc<RdmaDevice>,
+        psn: u32,
+        options: QpOptions,
+    ) -> Result<Self, RdmaError> {
+        // SAFETY: eventfd has no memory preconditions; the result is checked below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(RdmaError::verbs(
+                "eventfd",
+                device.name(),
+                &std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: `fd` is a freshly created descriptor nothing else owns.
+        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self {
+            qp_num: qp.qp_number(),
+            qp: Mutex::new(qp),
+            cq,
+            channel,
+            device,
+            psn,
+            options,
+            connection: OnceLock::new(),
+            in_flight: Mutex::new(HashMap::new()),
+            next_wr_id: AtomicU64::new(1),
+            broken: Mutex::new(None),
+            is_broken: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            wake,
+        })
+    }
+
+    pub fn lock_qp(&self) -> MutexGuard<'_, BasicQueuePair> {
+        self.qp.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_in_flight(&self) -> MutexGuard<'_, HashMap<u64, InFlight>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn channel_fd(&self) -> RawFd {
+        self.channel.as_raw_fd()
+    }
+
+    pub fn wake_fd(&self) -> RawFd {
+        self.wake.as_raw_fd()
+    }
+
+    pub fn wake_thread(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own eventfd; a full counter (EAGAIN)
+        // still leaves the fd readable, which is all we need.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+
+    pub fn is_broken(&self) -> bool {
+        self.is_broken.load(Ordering::Acquire)
+    }
+
+    pub fn check_usable(&self) -> Result<(), RdmaError> {
+        if self.is_broken() {
+            let reason = self
+                .broken
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+                .unwrap_or_default();
+            return Err(RdmaError::QueuePairBroken {
+                qp_num: self.qp_num,
+                reason,
+            });
+        }
+        Ok(())
+    }
+
+    /// Marks the pair broken and moves it to the error state, which makes the NIC flush every
+    /// outstanding request (each completes with IBV_WC_WR_FLUSH_ERR).
+    pub fn break_pair(&self, reason: &str) {
+        {
+            let mut broken = self.broken.lock().unwrap_or_else(PoisonError::into_inner);
+            if broken.is_none() {
+                tracing::warn!(
+                    qp_num = self.qp_num,
+                    device = self.device.name(),
+                    "queue pair broken: {reason}"
+                );
+                *broken = Some(reason.to_owned());
+            }
+            self.is_broken.store(true, Ordering::Release);
+        }
+        let mut attr = QueuePairAttribute::new();
+        attr.setup_state(QueuePairState::Error);
+        if let Err(e) = self.lock_qp().modify(&attr) {
+            tracing::error!(
+                qp_num = self.qp_num,
+                "moving the queue pair to the error state: {e}"
+            );
+        }
+    }
+
+    /// Posts `chunks` as one chain of signaled work requests (one doorbell). On failure returns
+    /// how many were posted before the one the provider refused.
+    pub fn post(
+        &self,
+        op: Op,
+        chunks: &[Chunk],
+        slot: &Arc<Slot>,
+    ) -> Result<(), (usize, RdmaError)> {
+        let n = chunks.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let first_id = self.next_wr_id.fetch_add(n as u64, Ordering::Relaxed);
+        let now = Instant::now();
+        slot.expect(n);
+        {
+            let mut in_flight = self.lock_in_flight();
+            for i in 0..n {
+                in_flight.insert(
+                    first_id + i as u64,
+                    InFlight {
+                        slot: slot.clone(),
+                        op,
+                        posted_at: now,
+                        timed_out: false,
+                    },
+                );
+            }
+        }
+        let mut sges: Vec<ibv_sge> = chunks
+            .iter()
+            .map(|c| ibv_sge {
+                addr: c.local_addr,
+                length: c.len,
+                lkey: c.lkey,
+            })
+            .collect();
+        let mut wrs: Vec<ibv_send_wr> = (0..n)
+            .map(|i| {
+                // SAFETY: ibv_send_wr is plain C data (integers, pointers, unions of those);
+                // all-zero is a valid value of it.
+                let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+                wr.wr_id = first_id + i as u64;
+                wr.num_sge = 1;
+                wr.opcode = op.opcode();
+                wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                wr.wr.rdma.remote_addr = chunks[i].remote_addr;
+                wr.wr.rdma.rkey = chunks[i].rkey;
+                wr
+            })
+            .collect();
+        let sge_base = sges.as_mut_ptr();
+        let wr_base = wrs.as_mut_ptr();
+        for i in 0..n {
+            // SAFETY: `i` and `i + 1` index inside `sges` / `wrs`, which are not resized
+            // while these pointers are used.
+            unsafe {
+                (*wr_base.add(i)).sg_list = sge_base.add(i);
+                (*wr_base.add(i)).next = if i + 1 < n {
+                    wr_base.add(i + 1)
+                } else {
+                    std::ptr::null_mut()
+                };
+            }
+        }
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        let rc = {
+            let qp = self.lock_qp();
+            // SAFETY: the queue pair is alive (we hold it); the chain and its scatter/gather
+            // entries live until the call returns (the provider copies them into the send
+            // queue); each entry names memory the caller's `LocalMemory` promises is
+            // registered under its lkey and stays valid until the completion, which the
+            // operation awaits (or, if dropped, breaks the pair and waits for).
+            unsafe { rdma_mummy_sys::ibv_post_send(qp.qp().as_ptr(), wr_base, &mut bad) }
+        };
+        if rc == 0 {
+            metrics::counter!(WR_TOTAL, OP_LABEL => op.label()).increment(n as u64);
+            return Ok(());
+        }
+        let posted = if bad.is_null() {
+            0
+        } else {
+            // SAFETY: the provider sets `bad` to an element of the chain we passed.
+            (unsafe { bad.offset_from(wr_base) }).clamp(0, n as isize) as usize
+        };
+        {
+            let mut in_flight = self.lock_in_flight();
+            for i in posted..n {
+                in_flight.remove(&(first_id + i as u64));
+            }
+        }
+        slot.forget(n - posted);
+        if posted > 0 {
+            metrics::counter!(WR_TOTAL, OP_LABEL => op.label()).increment(posted as u64);
+        }
+        let errno = if rc > 0 {
+            rc
+        } else {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+        };
+        Err((
+            posted,
+            RdmaError::verbs_errno("ibv_post_send", self.device.name(), errno),
+        ))
+    }
+
+    /// Applies one work completion: settles its operation, feeds the window, counts errors.
+    pub fn on_completion(&self, wc: &ibv_wc) {
+        let Some(entry) = self.lock_in_flight().remove(&wc.wr_id) else {
+            tracing::warn!(
+                qp_num = self.qp_num,
+                wr_id = wc.wr_id,
+                "completion for an unknown work request"
+            );
+            return;
+        };
+        let status = WcStatus(wc.status);
+        if let Some(conn) = self.connection.get() {
+            conn.window.complete(status);
+        }
+        if status.is_success() {
+            entry.slot.settle_one(Ok(()));
+            return;
+        }
+        metrics::counter!(WC_ERRORS_TOTAL, STATUS_LABEL => status.metric_label()).increment(1);
+        let error = if entry.timed_out {
+            self.timeout_error(entry.op)
+        } else {
+            RdmaError::QueuePairError {
+                qp_num: self.qp_num,
+                op: entry.op.name(),
+                status,
+                vendor_err: wc.vendor_err,
+            }
+        };
+        if status != WcStatus::WR_FLUSH_ERR {
+            self.break_pair(&format!("{} completed with {status}", entry.op.name()));
+        } else if !self.is_broken() {
+            self.break_pair("work requests were flushed");
+        }
+        entry.slot.settle_one(Err(error));
+    }
+
+    fn timeout_error(&self, op: Op) -> RdmaError {
+        RdmaError::Timeout {
+            qp_num: self.qp_num,
+            op: op.name(),
+            deadline_ms: self.options.op_deadline.as_millis() as u64,
+        }
+    }
+
+    /// Breaks the pair when a request outlives its deadline, and ends requests the NIC has not
+    /// flushed `FLUSH_GRACE` later. Returns when the next deadline falls, if any.
+    pub fn check_deadlines(&self, now: Instant) -> Option<Instant> {
+        let deadline = self.options.op_deadline;
+        let mut newly_late = None;
+        let mut abandoned = Vec::new();
+        let mut next: Option<Instant> = None;
+        {
+            let mut in_flight = self.lock_in_flight();
+            for (id, entry) in in_flight.iter_mut() {
+                let due = entry.posted_at + deadline;
+                if !entry.timed_out && now >= due {
+                    entry.timed_out = true;
+                    newly_late = Some(entry.op);
+                }
+                let when = if entry.timed_out {
+                    due + FLUSH_GRACE
+                } else {
+                    due
+                };
+                if entry.timed_out && now >= when {
+                    abandoned.push(*id);
+                } else {
+                    next = Some(next.map_or(when, |n| n.min(when)));
+                }
+            }
+            for id in &abandoned {
+                if let Some(entry) = in_flight.remove(id) {
+                    if let Some(conn) = self.connection.get() {
+                        conn.window.complete(WcStatus::WR_FLUSH_ERR);
+                    }
+                    entry.slot.settle_one(Err(self.timeout_error(entry.op)));
+                }
+            }
+        }
+        if let Some(op) = newly_late {
+            self.break_pair(&format!(
+                "{} got no completion within {} ms",
+                op.name(),
+                deadline.as_millis()
+            ));
+        }
+        if !abandoned.is_empty() {
+            tracing::error!(
+                qp_num = self.qp_num,
+                count = abandoned.len(),
+                "the NIC flushed no completion for timed-out work requests; ending them anyway"
+            );
+        }
+        next
+    }
+
+    pub fn in_flight_count(&self) -> usize {
+        self.lock_in_flight().len()
+    }
+}

@@ -1,0 +1,195 @@
+//! Registered memory: the server's arena (one memory region over memory the caller owns), the
+//! library's own page-aligned [`RegisteredBuffer`]s, and caller buffers registered as they are.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memmap2::MmapMut;
+use sideway::ibverbs::AccessFlags;
+use sideway::ibverbs::memory_region::MemoryRegion as VerbsRegion;
+
+use crate::device::RdmaDevice;
+use crate::error::RdmaError;
+
+/// Memory a work request may name as its local side.
+///
+/// # Safety
+///
+/// An implementation promises that `addr()..addr() + len()` lies inside one memory region
+/// registered with `lkey()` on the device the operation runs on, that the memory stays mapped
+/// for as long as the value lives, and that while an operation borrows the value nothing else
+/// writes the memory (RDMA WRITE reads it) or accesses it at all (RDMA READ writes it).
+pub unsafe trait LocalMemory {
+    /// Virtual address of the first byte, as registered.
+    fn addr(&self) -> u64;
+    fn len(&self) -> usize;
+    fn lkey(&self) -> u32;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One registered memory region. Deregistered when dropped.
+pub struct MemoryRegion {
+    mr: Arc<VerbsRegion>,
+    addr: u64,
+    len: usize,
+    registration_time: Duration,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .field("lkey", &self.lkey())
+            .field("rkey", &self.rkey())
+            .finish()
+    }
+}
+
+/// What a region lets the peer do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// The NIC may write it for local operations (READ targets); no remote access.
+    LocalOnly,
+    /// Peers may RDMA READ and WRITE it (the server's arena).
+    Remote,
+}
+
+impl MemoryRegion {
+    /// # Safety
+    ///
+    /// `ptr` is valid for `len` bytes and stays mapped until the returned region is dropped.
+    pub(crate) unsafe fn register(
+        device: &RdmaDevice,
+        ptr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<Self, RdmaError> {
+        if len == 0 || ptr.is_null() {
+            return Err(RdmaError::InvalidArgument {
+                name: "len",
+                value: format!("{len} bytes at {ptr:p}"),
+                limit: "a registered region needs a non-null address and at least one byte",
+            });
+        }
+        let flags = match access {
+            Access::LocalOnly => AccessFlags::LocalWrite,
+            Access::Remote => {
+                AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead
+            }
+        };
+        let started = Instant::now();
+        // SAFETY: forwarded from this function's contract: `ptr` is valid for `len` bytes for
+        // the region's whole life.
+        let mr = unsafe { device.pd().reg_mr(ptr as usize, len, flags) }.map_err(|e| {
+            let io = match e.0 {
+                sideway::ibverbs::memory_region::RegisterMemoryRegionErrorKind::Ibverbs(io) => io,
+                other => std::io::Error::other(other.to_string()),
+            };
+            RdmaError::verbs("ibv_reg_mr", device.name(), &io)
+        })?;
+        Ok(Self {
+            mr,
+            addr: ptr as u64,
+            len,
+            registration_time: started.elapsed(),
+        })
+    }
+
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn lkey(&self) -> u32 {
+        self.mr.lkey()
+    }
+
+    /// The key a peer names in RDMA READ/WRITE; zero-access regions still have one.
+    pub fn rkey(&self) -> u32 {
+        self.mr.rkey()
+    }
+
+    /// How long `ibv_reg_mr` took (pinning and mapping every page).
+    pub fn registration_time(&self) -> Duration {
+        self.registration_time
+    }
+}
+
+// SAFETY: the contract of `register` (and of `register_arena` / `register_user`, which call
+// it) keeps the range mapped and registered under `lkey` for the region's life; exclusive use
+// during an operation is the caller's promise made at registration.
+unsafe impl LocalMemory for MemoryRegion {
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn lkey(&self) -> u32 {
+        self.mr.lkey()
+    }
+}
+
+/// A page-aligned anonymous mapping owned by the library and registered for local access
+/// (the target of READs, the source of WRITEs). Safe to use: operations borrow it.
+pub struct RegisteredBuffer {
+    // Drops before `map`: the region is deregistered before its pages are unmapped.
+    region: MemoryRegion,
+    map: MmapMut,
+}
+
+impl RegisteredBuffer {
+    pub fn new(device: &RdmaDevice, len: usize) -> Result<Self, RdmaError> {
+        if len == 0 {
+            return Err(RdmaError::InvalidArgument {
+                name: "len",
+                value: "0".into(),
+                limit: "a registered buffer needs at least one byte",
+            });
+        }
+        let mut map =
+            MmapMut::map_anon(len).map_err(|e| RdmaError::verbs("mmap", device.name(), &e))?;
+        // SAFETY: the mapping is `len` bytes, owned by the buffer, and outlives the region
+        // (field order drops the region first).
+        let region =
+            unsafe { MemoryRegion::register(device, map.as_mut_ptr(), len, Access::LocalOnly)? };
+        Ok(Self { region, map })
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.map
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+
+    pub fn region(&self) -> &MemoryRegion {
+        &self.region
+    }
+}
+
+// SAFETY: the region covers exactly the mapping, which lives as long as the buffer; operations
+// borrow the buffer (shared for WRITE, exclusive for READ), so safe code cannot touch the bytes
+// the NIC is writing.
+unsafe impl LocalMemory for RegisteredBuffer {
+    fn addr(&self) -> u64 {
+        self.region.addr
+    }
+    fn len(&self) -> usize {
+        self.region.len
+    }
+    fn lkey(&self) -> u32 {
+        self.region.lkey()
+    }
+}

@@ -1,0 +1,415 @@
+//! Reliable-connected queue pairs: creation (RESET -> INIT), the endpoint each side advertises,
+//! connecting (INIT -> RTR -> RTS) and one-sided RDMA WRITE / READ awaiting their completions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use memkv_fabric::LinkLayer;
+use memkv_proto::connect::RdmaEndpoint;
+use sideway::ibverbs::AccessFlags;
+use sideway::ibverbs::address::{AddressHandleAttribute, Gid};
+use sideway::ibverbs::device_context::Mtu as VerbsMtu;
+use sideway::ibverbs::queue_pair::{
+    ModifyQueuePairError, QueuePair, QueuePairAttribute, QueuePairState, QueuePairType,
+};
+
+use crate::completion;
+use crate::core::{Connection, FLUSH_GRACE, Op, QpCore};
+use crate::device::RdmaDevice;
+use crate::endpoint::{advertise, peer_endpoint, peer_key};
+use crate::error::RdmaError;
+use crate::gate::PeerWindow;
+use crate::memory::LocalMemory;
+use crate::slot::Slot;
+use crate::transfer::{Transfer, plan_chunks};
+
+/// Queue pair transports. Only RC is implemented; DC (mlx5) would be another variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpTransport {
+    Rc,
+}
+
+/// Per queue pair settings. The defaults suit a data-centre fabric and Soft-RoCE alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpOptions {
+    /// An operation whose work requests have not all completed by then ends with
+    /// [`RdmaError::Timeout`] and breaks the pair.
+    pub op_deadline: Duration,
+    /// Local ACK timeout exponent: 4.096 us * 2^n per try (14: about 67 ms).
+    pub ack_timeout: u8,
+    /// Transport retries before IBV_WC_RETRY_EXC_ERR (at most 7).
+    pub retry_count: u8,
+    /// Receiver-not-ready retries (7: infinite).
+    pub rnr_retry: u8,
+    /// RNR NAK timer code this side asks peers to wait (12: 0.64 ms).
+    pub min_rnr_timer: u8,
+    /// Send queue (and CQ) depth; bounds the requests one pair has outstanding.
+    pub send_queue_depth: u32,
+}
+
+impl Default for QpOptions {
+    fn default() -> Self {
+        Self {
+            op_deadline: Duration::from_secs(30),
+            ack_timeout: 14,
+            retry_count: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            send_queue_depth: 256,
+        }
+    }
+}
+
+/// A reliable-connected queue pair and the thread that completes its operations.
+///
+/// Every method takes `&self`: share it (`Arc`) between tasks to run operations concurrently;
+/// the peer's congestion window bounds how many work requests are outstanding.
+pub struct RcQueuePair {
+    core: Arc<QpCore>,
+}
+
+impl RdmaDevice {
+    /// Creates an RC queue pair in INIT (RESET -> INIT with this port's P_Key index and remote
+    /// READ/WRITE access), with its own CQ, completion channel and completion thread.
+    pub fn create_rc(self: &Arc<Self>) -> Result<RcQueuePair, RdmaError> {
+        self.create_rc_with(QpOptions::default())
+    }
+
+    pub fn create_rc_with(self: &Arc<Self>, options: QpOptions) -> Result<RcQueuePair, RdmaError> {
+        let limits = self.limits();
+        let depth = options
+            .send_queue_depth
+            .clamp(1, limits.max_qp_wr.min(limits.max_cqe));
+        let fail = |call, e: &dyn std::fmt::Display| RdmaError::Verbs {
+            call,
+            device: self.name().to_owned(),
+            errno: 0,
+            reason: e.to_string(),
+        };
+        let channel = self
+            .context()
+            .create_comp_channel()
+            .map_err(|e| fail("ibv_create_comp_channel", &e))?;
+        channel
+            .set_nonblocking(true)
+            .map_err(|e| RdmaError::verbs("fcntl(O_NONBLOCK)", self.name(), &e))?;
+        let cq = self
+            .context()
+            .create_cq_builder()
+            .setup_cqe(depth)
+            .setup_comp_channel(&channel, 0)
+            .build()
+            .map_err(|e| fail("ibv_create_cq", &e))?;
+        let mut qp = self
+            .pd()
+            .create_qp_builder()
+            .setup_qp_type(QueuePairType::ReliableConnection)
+            .setup_max_send_wr(depth)
+            .setup_max_recv_wr(1)
+            .setup_max_send_sge(1)
+            .setup_max_recv_sge(1)
+            .setup_send_cq(cq.clone())
+            .setup_recv_cq(cq.clone())
+            .build()
+            .map_err(|e| fail("ibv_create_qp", &e))?;
+        let pkey_index = self.plan().pkey.as_ref().map(|p| p.index).unwrap_or(0);
+        let mut init = QueuePairAttribute::new();
+        init.setup_state(QueuePairState::Init)
+            .setup_pkey_index(pkey_index)
+            .setup_port(self.port())
+            .setup_access_flags(
+                AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
+            );
+        qp.modify(&init)
+            .map_err(|e| modify_error("ibv_modify_qp(RESET->INIT)", self.name(), &e))?;
+        let psn = getrandom::u32().map_err(|e| fail("getrandom", &e))? & 0x00ff_ffff;
+        let core = Arc::new(QpCore::new(qp, cq, channel, self.clone(), psn, options)?);
+        completion::spawn(core.clone())
+            .map_err(|e| RdmaError::verbs("spawn completion thread", self.name(), &e))?;
+        Ok(RcQueuePair { core })
+    }
+}
+
+impl RcQueuePair {
+    pub fn transport(&self) -> QpTransport {
+        QpTransport::Rc
+    }
+
+    pub fn qp_num(&self) -> u32 {
+        self.core.qp_num
+    }
+
+    pub fn device(&self) -> &Arc<RdmaDevice> {
+        &self.core.device
+    }
+
+    /// True once an operation failed, timed out or was aborted: the pair takes no more work.
+    pub fn is_broken(&self) -> bool {
+        self.core.is_broken()
+    }
+
+    /// The peer's congestion window, once connected.
+    pub fn window(&self) -> Option<&Arc<PeerWindow>> {
+        self.core.connection.get().map(|c| &c.window)
+    }
+
+    /// What this side sends in Connect: the port's address (LID/GID, MTU, P_Key) from the
+    /// fabric, this pair's number and first PSN, and on a server the arena (`addr`, `rkey`).
+    pub fn local_endpoint(&self, arena: Option<(u64, u32)>) -> Result<RdmaEndpoint, RdmaError> {
+        let device = &self.core.device;
+        let local = device.runtime().local_endpoint(device.plan())?;
+        let pkey_index = device.plan().pkey.as_ref().map(|p| p.index).unwrap_or(0);
+        Ok(advertise(
+            &local,
+            pkey_index,
+            self.core.qp_num,
+            self.core.psn,
+            arena,
+        ))
+    }
+
+    /// Connects to the peer that sent `peer` (INIT -> RTR -> RTS). The fabric builds the
+    /// address and refuses peers it cannot reach (no LID on InfiniBand, another subnet, both
+    /// limited partition members, ...).
+    ///
+    /// Blocking: the first INIT -> RTR towards a peer waits about a second inside
+    /// `ibv_modify_qp` while the kernel resolves its address (ARP). From async code call it
+    /// through `tokio::task::spawn_blocking` (the pair is `Send + Sync`; wrap it in an `Arc`).
+    pub fn connect(&self, peer: &RdmaEndpoint) -> Result<(), RdmaError> {
+        let core = &self.core;
+        if core.connection.get().is_some() {
+            return Err(RdmaError::AlreadyConnected {
+                qp_num: core.qp_num,
+            });
+        }
+        core.check_usable()?;
+        let device = &core.device;
+        let peer_fabric = peer_endpoint(peer)?;
+        let plan = device.runtime().address_for(device.plan(), &peer_fabric)?;
+        let mut path = AddressHandleAttribute::new();
+        path.setup_port(plan.port)
+            .setup_dest_lid(plan.dest_lid)
+            .setup_service_level(plan.service_level);
+        if let Some(grh) = plan.grh {
+            let sgid_index =
+                u8::try_from(grh.sgid_index).map_err(|_| RdmaError::InvalidArgument {
+                    name: "gid_index",
+                    value: grh.sgid_index.to_string(),
+                    limit: "verbs address handles take a GID index of 0..=255",
+                })?;
+            path.setup_grh(
+                &Gid { raw: grh.dgid.0 },
+                grh.flow_label,
+                sgid_index,
+                grh.hop_limit,
+                grh.traffic_class,
+            );
+        }
+        let rd_atomic = device.limits().max_rd_atomic;
+        let options = &core.options;
+        let mut rtr = QueuePairAttribute::new();
+        rtr.setup_state(QueuePairState::ReadyToReceive)
+            .setup_path_mtu(VerbsMtu::from(plan.path_mtu.verbs_code()))
+            .setup_dest_qp_num(peer.qp_num)
+            .setup_rq_psn(peer.psn & 0x00ff_ffff)
+            .setup_max_dest_read_atomic(rd_atomic)
+            .setup_min_rnr_timer(options.min_rnr_timer)
+            .setup_address_vector(&path);
+        let mut rts = QueuePairAttribute::new();
+        rts.setup_state(QueuePairState::ReadyToSend)
+            .setup_sq_psn(core.psn)
+            .setup_timeout(options.ack_timeout)
+            .setup_retry_cnt(options.retry_count.min(7))
+            .setup_rnr_retry(options.rnr_retry.min(7))
+            .setup_max_read_atomic(rd_atomic);
+        {
+            let mut qp = core.lock_qp();
+            qp.modify(&rtr)
+                .map_err(|e| modify_error("ibv_modify_qp(INIT->RTR)", device.name(), &e))?;
+            qp.modify(&rts)
+                .map_err(|e| modify_error("ibv_modify_qp(RTR->RTS)", device.name(), &e))?;
+        }
+        let infiniband = device.plan().facts.link_layer == LinkLayer::InfiniBand;
+        let window = device.peer_window(&peer_key(&peer_fabric, infiniband));
+        core.connection
+            .set(Connection { window })
+            .map_err(|_| RdmaError::AlreadyConnected {
+                qp_num: core.qp_num,
+            })
+    }
+
+    /// Moves the pair to the error state: every operation in flight ends with
+    /// [`RdmaError::QueuePairError`] (IBV_WC_WR_FLUSH_ERR), later ones with
+    /// [`RdmaError::QueuePairBroken`].
+    pub fn abort(&self, reason: &str) {
+        self.core.break_pair(reason);
+    }
+
+    /// RDMA WRITE of `local[local_offset..+len]` to `remote_addr` in the peer's region `rkey`.
+    /// Larger than the port's maximum message size, it goes as several work requests.
+    pub async fn write<L: LocalMemory + ?Sized>(
+        &self,
+        local: &L,
+        local_offset: usize,
+        len: usize,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), RdmaError> {
+        let t = Transfer {
+            local_offset,
+            len,
+            remote_addr,
+            rkey,
+        };
+        self.execute(Op::Write, local, &[t]).await
+    }
+
+    /// RDMA READ of `len` bytes at `remote_addr` (region `rkey`) into `local[local_offset..]`.
+    pub async fn read<L: LocalMemory + ?Sized>(
+        &self,
+        local: &mut L,
+        local_offset: usize,
+        len: usize,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), RdmaError> {
+        let t = Transfer {
+            local_offset,
+            len,
+            remote_addr,
+            rkey,
+        };
+        self.execute(Op::Read, &*local, &[t]).await
+    }
+
+    /// Several WRITEs from one local region, posted as one chain of work requests per
+    /// doorbell (as many as the window allows at a time).
+    pub async fn write_batch<L: LocalMemory + ?Sized>(
+        &self,
+        local: &L,
+        transfers: &[Transfer],
+    ) -> Result<(), RdmaError> {
+        self.execute(Op::Write, local, transfers).await
+    }
+
+    /// Several READs into one local region, chained like [`RcQueuePair::write_batch`].
+    pub async fn read_batch<L: LocalMemory + ?Sized>(
+        &self,
+        local: &mut L,
+        transfers: &[Transfer],
+    ) -> Result<(), RdmaError> {
+        self.execute(Op::Read, &*local, transfers).await
+    }
+
+    async fn execute<L: LocalMemory + ?Sized>(
+        &self,
+        op: Op,
+        local: &L,
+        transfers: &[Transfer],
+    ) -> Result<(), RdmaError> {
+        let core = &self.core;
+        let max_msg = core.device.limits().max_msg_size;
+        let chunks = plan_chunks(local.addr(), local.len(), local.lkey(), transfers, max_msg)?;
+        let window =
+            core.connection
+                .get()
+                .map(|c| c.window.clone())
+                .ok_or(RdmaError::NotConnected {
+                    qp_num: core.qp_num,
+                })?;
+        core.check_usable()?;
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        let slot = Arc::new(Slot::default());
+        let mut guard = InFlightGuard {
+            core,
+            slot: &slot,
+            armed: true,
+        };
+        let mut posted = 0usize;
+        let mut failure = None;
+        while posted < chunks.len() {
+            let wanted = u32::try_from(chunks.len() - posted).unwrap_or(u32::MAX);
+            let granted = window.acquire(wanted).await as usize;
+            if let Err(e) = core.check_usable() {
+                window.release_unused(granted as u32);
+                failure = Some(e);
+                break;
+            }
+            match core.post(op, &chunks[posted..posted + granted], &slot) {
+                Ok(()) => posted += granted,
+                Err((done, e)) => {
+                    window.release_unused((granted - done) as u32);
+                    core.break_pair(&e.to_string());
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let completed = slot.settled().await;
+        guard.armed = false;
+        // A completion error says more than "broken" or a refused post.
+        match (completed, failure) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Some(e)) => Err(e),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+}
+
+impl Drop for RcQueuePair {
+    fn drop(&mut self) {
+        self.core
+            .shutdown
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.core.wake_thread();
+    }
+}
+
+/// Keeps memory safe when an operation's future is dropped before its completions arrived:
+/// the NIC may still be reading or writing the borrowed memory, so the pair is broken (which
+/// flushes every outstanding request) and the drop waits for the flush.
+struct InFlightGuard<'a> {
+    core: &'a QpCore,
+    slot: &'a Slot,
+    armed: bool,
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed || self.slot.outstanding() == 0 {
+            return;
+        }
+        self.core
+            .break_pair("an operation was dropped while in flight");
+        let limit = self.core.options.op_deadline + FLUSH_GRACE * 2;
+        if !self.slot.wait_blocking(limit) {
+            tracing::error!(
+                qp_num = self.core.qp_num,
+                "work requests of a dropped operation did not complete in {limit:?}"
+            );
+        }
+    }
+}
+
+fn modify_error(call: &'static str, device: &str, e: &ModifyQueuePairError) -> RdmaError {
+    use std::error::Error as _;
+    let errno = e
+        .source()
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .and_then(std::io::Error::raw_os_error)
+        .unwrap_or(0);
+    let mut reason = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        reason = format!("{reason}: {s}");
+        source = s.source();
+    }
+    RdmaError::Verbs {
+        call,
+        device: device.to_owned(),
+        errno,
+        reason,
+    }
+}
