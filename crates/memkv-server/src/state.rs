@@ -8,10 +8,11 @@ use memkv_proto::{AuthKey, Limits};
 use memkv_store::Store;
 
 use crate::admin::{
-    ConnectionStatus, DeviceStatus, HealthInputs, HealthReport, MemoryStatus, RdmaStatus,
-    Readiness, StatusReport, StatusSource, StorageStatus, TransportStatus,
+    DeviceStatus, HealthInputs, HealthReport, MemoryStatus, RdmaStatus, Readiness, StatusReport,
+    StatusSource, StorageStatus, TransportStatus,
 };
 use crate::config::{ServerConfig, StorageMode};
+use crate::metrics::ConnectionCounters;
 
 /// Why this build serves no RDMA; reported by `/v1/status` and to `Connect` requests.
 pub const RDMA_UNAVAILABLE: &str =
@@ -31,9 +32,7 @@ pub struct Shared {
     pub data_address: std::net::SocketAddr,
     phase: AtomicU8,
     pub listener_up: AtomicBool,
-    pub connections_now: AtomicU64,
-    pub connections_total: AtomicU64,
-    pub auth_failures: AtomicU64,
+    pub connections: Arc<ConnectionCounters>,
     last_evictions: AtomicU64,
     last_checksum_failures: AtomicU64,
 }
@@ -55,9 +54,7 @@ impl Shared {
             data_address,
             phase: AtomicU8::new(STARTING),
             listener_up: AtomicBool::new(false),
-            connections_now: AtomicU64::new(0),
-            connections_total: AtomicU64::new(0),
-            auth_failures: AtomicU64::new(0),
+            connections: Arc::default(),
             last_evictions: AtomicU64::new(0),
             last_checksum_failures: AtomicU64::new(0),
         })
@@ -72,8 +69,7 @@ impl Shared {
     }
 
     pub fn auth_failed(&self) {
-        self.auth_failures.fetch_add(1, Ordering::Relaxed);
-        crate::metrics::record_auth_failure();
+        self.connections.auth_failed();
     }
 
     /// Moves the store's eviction and checksum-failure counts into the metrics.
@@ -127,11 +123,7 @@ impl StatusSource for Shared {
                     })
                     .collect(),
             },
-            connections: ConnectionStatus {
-                current: self.connections_now.load(Ordering::Relaxed),
-                total: self.connections_total.load(Ordering::Relaxed),
-                auth_failures: self.auth_failures.load(Ordering::Relaxed),
-            },
+            connections: self.connections.snapshot(),
             transports: TransportStatus {
                 tcp: true,
                 rdma: false,

@@ -33,7 +33,7 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::
             accepted = listener.accept() => match accepted {
                 Ok((mut stream, peer)) => {
                     let limit = u64::from(shared.config.limits.max_connections);
-                    if shared.connections_now.load(Ordering::Relaxed) >= limit {
+                    if shared.connections.snapshot().current >= limit {
                         tracing::warn!(%peer, limit, "refusing connection: limits.max_connections reached");
                         let refusal = memkv_proto::frame::encode_refusal(
                             &Header::request(Opcode::Hello, 0),
@@ -44,13 +44,10 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::
                     }
                     let shared = Arc::clone(&shared);
                     let stop = shutdown.clone();
+                    let open = shared.connections.open();
                     connections.spawn(async move {
-                        shared.connections_now.fetch_add(1, Ordering::Relaxed);
-                        shared.connections_total.fetch_add(1, Ordering::Relaxed);
-                        crate::metrics::connection_opened();
-                        conn::serve(Arc::clone(&shared), stream, peer, stop).await;
-                        shared.connections_now.fetch_sub(1, Ordering::Relaxed);
-                        crate::metrics::connection_closed();
+                        conn::serve(shared, stream, peer, stop).await;
+                        drop(open);
                     });
                 }
                 Err(e) => {
