@@ -85,17 +85,30 @@ impl ClientConfig {
 
     /// Reads `MEMKV_CONFIG` (if set) and the `MEMKV_*` environment of this process.
     pub fn from_env() -> Result<ClientConfig> {
-        let env = |name: &str| std::env::var(name).ok();
-        let file = match env("MEMKV_CONFIG") {
-            Some(path) if !path.is_empty() => {
-                let path = PathBuf::from(path);
-                let text = read_config_file(&path)?;
-                Some((path, text))
-            }
-            _ => None,
-        };
+        ClientConfig::from_env_with(&|_| None)
+    }
+
+    /// Like [`ClientConfig::from_env`], with `overrides` consulted before the environment
+    /// for each variable (a CLI's `--servers` stands in for `MEMKV_SERVERS`, and so on).
+    pub fn from_env_with(overrides: &dyn Fn(&str) -> Option<String>) -> Result<ClientConfig> {
+        let env = |name: &str| overrides(name).or_else(|| std::env::var(name).ok());
+        let file = config_file(&env)?;
         let file = file.as_ref().map(|(p, t)| (p.as_path(), t.as_str()));
         ClientConfig::resolve(file, &env, &key_file::default_key_file_path())
+    }
+
+    /// Only the server list, resolved as [`ClientConfig::from_env_with`] does (no auth key is
+    /// needed, e.g. for the admin API).
+    pub fn servers_from_env_with(
+        overrides: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Vec<String>> {
+        let env = |name: &str| overrides(name).or_else(|| std::env::var(name).ok());
+        let file = config_file(&env)?;
+        let (origin, raw) = match &file {
+            Some((path, text)) => (path.display().to_string(), parse_file(path, text)?),
+            None => (String::new(), RawClientConfig::default()),
+        };
+        resolve_servers(&env, raw.servers, &origin)
     }
 
     /// Builds a configuration from a config file's text, an environment lookup and the key
@@ -110,14 +123,7 @@ impl ClientConfig {
             None => (String::new(), RawClientConfig::default()),
         };
         let key = |name: &str| format!("{origin}: {name}");
-
-        let servers = match env("MEMKV_SERVERS") {
-            Some(list) => parse_server_list(&list, "MEMKV_SERVERS")?,
-            None => match raw.servers {
-                Some(list) => check_servers(list, &key("servers"))?,
-                None => vec![DEFAULT_SERVER.to_owned()],
-            },
-        };
+        let servers = resolve_servers(env, raw.servers, &origin)?;
         let auth_key = match (env("MEMKV_AUTH_KEY"), raw.auth_key) {
             (Some(hex), _) => parse_key(&hex, "MEMKV_AUTH_KEY")?,
             (None, Some(hex)) => parse_key(&hex, &key("auth_key"))?,
@@ -187,6 +193,32 @@ struct RawClientConfig {
     pkey_index: Option<u16>,
     rdma_devices: Option<Vec<String>>,
     payload_mac: Option<bool>,
+}
+
+fn resolve_servers(
+    env: &dyn Fn(&str) -> Option<String>,
+    from_file: Option<Vec<String>>,
+    origin: &str,
+) -> Result<Vec<String>> {
+    match env("MEMKV_SERVERS") {
+        Some(list) => parse_server_list(&list, "MEMKV_SERVERS"),
+        None => match from_file {
+            Some(list) => check_servers(list, &format!("{origin}: servers")),
+            None => Ok(vec![DEFAULT_SERVER.to_owned()]),
+        },
+    }
+}
+
+/// The `MEMKV_CONFIG` file's path and text, when the variable is set.
+fn config_file(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<(PathBuf, String)>> {
+    match env("MEMKV_CONFIG") {
+        Some(path) if !path.is_empty() => {
+            let path = PathBuf::from(path);
+            let text = read_config_file(&path)?;
+            Ok(Some((path, text)))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Config files are a few hundred bytes; refuse to read something huge by mistake.

@@ -1,1 +1,89 @@
-fn main() {}
+//! `memkv`: run a server, use one as a client, query admin APIs, inspect the RDMA fabric.
+//! Exit codes: see [`exit`] and `memkv --help`.
+
+mod admin;
+mod cli;
+mod exit;
+mod http;
+mod kv;
+mod net;
+mod progress;
+mod start;
+
+use std::time::Duration;
+
+use clap::Parser;
+use memkv_client::{Client, ClientConfig};
+
+use cli::{AdminCommand, Cli, Command, GlobalArgs, NetCommand};
+use exit::Exit;
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli) {
+        Ok(()) => exit::OK,
+        Err(Exit { code, message }) => {
+            if let Some(m) = message {
+                eprintln!("memkv: {m}");
+            }
+            code
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run(cli: Cli) -> Result<(), Exit> {
+    match cli.command {
+        Command::Start { config } => start::start(config.as_deref()),
+        Command::Keygen => keygen(),
+        Command::Net(NetCommand::Show { device, port, json }) => net::show(device, port, json),
+        Command::Net(NetCommand::Verify { .. }) => net::verify(),
+        command => {
+            start::init_client_logging();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            runtime.block_on(client_command(&cli.global, command))
+        }
+    }
+}
+
+/// The CLI flags as overrides of the matching environment variables.
+fn overrides(global: &GlobalArgs) -> impl Fn(&str) -> Option<String> + '_ {
+    move |name| match name {
+        "MEMKV_SERVERS" => global.servers.clone(),
+        "MEMKV_AUTH_KEY" => global.auth_key.clone(),
+        "MEMKV_TIMEOUT_MS" => global.timeout_ms.map(|ms| ms.to_string()),
+        _ => None,
+    }
+}
+
+async fn client_command(global: &GlobalArgs, command: Command) -> Result<(), Exit> {
+    if let Command::Admin(AdminCommand::Status { json, servers }) = command {
+        let servers = if servers.is_empty() {
+            ClientConfig::servers_from_env_with(&overrides(global))?
+        } else {
+            servers
+        };
+        let deadline = Duration::from_millis(global.timeout_ms.unwrap_or(5000));
+        return admin::status(servers, json, deadline).await;
+    }
+    let config = ClientConfig::from_env_with(&overrides(global))?;
+    let client = Client::connect(config).await?;
+    match command {
+        Command::Put { key, file } => kv::put(&client, &key, file.as_deref()).await,
+        Command::Get { key, file } => kv::get(&client, &key, file.as_deref()).await,
+        Command::Delete { key } => kv::delete(&client, &key).await,
+        Command::Exists { key } => kv::exists(&client, &key).await,
+        _ => unreachable!("handled in run"),
+    }
+}
+
+fn keygen() -> Result<(), Exit> {
+    let mut bytes = [0u8; memkv_proto::AUTH_KEY_LEN];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| Exit::with(exit::FAILURE, format!("no random source: {e}")))?;
+    println!("{}", memkv_proto::AuthKey::from_bytes(bytes).to_hex());
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! The command line, as clap sees it.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit;
+
+/// memkv: a distributed KV-cache block store for LLM inference.
+#[derive(Debug, Parser)]
+#[command(name = "memkv", version, about, after_help = exit::HELP)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Client settings; each overrides its environment variable, which overrides MEMKV_CONFIG.
+#[derive(Debug, Args, Default)]
+pub struct GlobalArgs {
+    /// Servers as host:port,host:port (overrides MEMKV_SERVERS).
+    #[arg(long, global = true, value_name = "HOST:PORT,...")]
+    pub servers: Option<String>,
+    /// Auth key, 64 hex characters (overrides MEMKV_AUTH_KEY). Visible to other local users
+    /// in the process list: prefer MEMKV_AUTH_KEY or the key file.
+    #[arg(long, global = true, value_name = "HEX")]
+    pub auth_key: Option<String>,
+    /// Deadline of each operation in milliseconds (overrides MEMKV_TIMEOUT_MS).
+    #[arg(long, global = true, value_name = "MS")]
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a server until SIGTERM or SIGINT.
+    Start {
+        /// Server configuration (default: /etc/memkv/config.yaml if present, else built-in).
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
+    /// Store a value: from FILE, or from standard input when FILE is `-` or absent.
+    Put {
+        /// The key (bytes as given).
+        key: OsString,
+        /// Where the value comes from.
+        #[arg(value_name = "FILE|-")]
+        file: Option<PathBuf>,
+    },
+    /// Fetch a value: to FILE, or to standard output when FILE is `-` or absent.
+    Get {
+        /// The key (bytes as given).
+        key: OsString,
+        /// Where the value goes.
+        #[arg(value_name = "FILE|-")]
+        file: Option<PathBuf>,
+    },
+    /// Remove a key (exit 3 if it did not exist).
+    Delete { key: OsString },
+    /// Check a key (exit 0 if it exists, 3 if not).
+    Exists { key: OsString },
+    /// Admin API queries (HTTP on each server's port + 1).
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// Print a fresh random auth key (64 hex characters).
+    Keygen,
+    /// RDMA fabric diagnostics.
+    #[command(subcommand)]
+    Net(NetCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// GET /v1/status from each server: a table, or a JSON array with --json.
+    Status {
+        /// Print a JSON array (one object per server) instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Servers as host:port (data port; default: the client's server list).
+        #[arg(value_name = "SERVER")]
+        servers: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NetCommand {
+    /// Show each RDMA port and how memkv would use it.
+    Show {
+        /// Only this device (e.g. mlx5_0).
+        #[arg(long, value_name = "DEV")]
+        device: Option<String>,
+        /// Only this port number.
+        #[arg(long, value_name = "N")]
+        port: Option<u8>,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check an RDMA path to a server end to end (needs the RDMA data plane).
+    Verify {
+        /// Accepted for compatibility; this build cannot run the check.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<OsString>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_go_anywhere() {
+        let cli = Cli::try_parse_from([
+            "memkv",
+            "get",
+            "k",
+            "--servers",
+            "a:1,b:2",
+            "--timeout-ms",
+            "50",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.servers.as_deref(), Some("a:1,b:2"));
+        assert_eq!(cli.global.timeout_ms, Some(50));
+        assert!(matches!(cli.command, Command::Get { .. }));
+    }
+}

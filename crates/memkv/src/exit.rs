@@ -1,0 +1,154 @@
+//! Exit codes, so scripts can tell outcomes apart. Documented in `memkv --help` and
+//! docs/cli.md.
+
+use memkv_client::Error;
+
+pub const OK: i32 = 0;
+/// Any failure without a more specific code.
+pub const FAILURE: i32 = 1;
+/// Bad command line (clap's own code).
+pub const USAGE: i32 = 2;
+/// get / delete / exists: the key does not exist.
+pub const NOT_FOUND: i32 = 3;
+/// The server refused our auth key (or could not prove it holds it).
+pub const UNAUTHORIZED: i32 = 4;
+/// A server could not be reached or dropped the connection.
+pub const UNREACHABLE: i32 = 5;
+/// An operation missed its deadline.
+pub const TIMEOUT: i32 = 6;
+/// Client and server protocol versions do not fit together.
+pub const UNSUPPORTED_VERSION: i32 = 7;
+/// The command needs a part this build does not have (net verify, transport rdma).
+pub const NOT_IN_BUILD: i32 = 8;
+
+/// The `after_help` of `memkv --help`.
+pub const HELP: &str = "\
+Exit codes:
+  0   success
+  1   error (message on stderr)
+  2   usage error
+  3   not found (get, delete, exists)
+  4   authentication failed (wrong auth key)
+  5   server unreachable or connection lost
+  6   timed out
+  7   protocol version mismatch
+  8   not available in this build (net verify; transport rdma)
+  64  net show: no port matches --device/--port
+  69  net show: this host has no RDMA devices
+
+Client settings come from MEMKV_CONFIG (YAML), then MEMKV_SERVERS, MEMKV_AUTH_KEY,
+MEMKV_TRANSPORT, MEMKV_NUM_CONNECTIONS, MEMKV_TIMEOUT_MS, then --servers, --auth-key,
+--timeout-ms. Without a key, the local server's key file is used.";
+
+/// The exit code for a client error.
+pub fn for_error(err: &Error) -> i32 {
+    match err {
+        Error::Unauthorized { .. } => UNAUTHORIZED,
+        Error::Unreachable { .. } | Error::Disconnected { .. } => UNREACHABLE,
+        Error::Timeout { .. } => TIMEOUT,
+        Error::UnsupportedVersion { .. } => UNSUPPORTED_VERSION,
+        Error::Config(message) if message.contains("not available in this build") => NOT_IN_BUILD,
+        _ => FAILURE,
+    }
+}
+
+/// An error that ends the command with a chosen code.
+#[derive(Debug)]
+pub struct Exit {
+    pub code: i32,
+    pub message: Option<String>,
+}
+
+impl Exit {
+    pub fn with(code: i32, message: impl Into<String>) -> Exit {
+        Exit {
+            code,
+            message: Some(message.into()),
+        }
+    }
+
+    pub fn silent(code: i32) -> Exit {
+        Exit {
+            code,
+            message: None,
+        }
+    }
+}
+
+impl From<Error> for Exit {
+    fn from(err: Error) -> Exit {
+        Exit::with(for_error(&err), err.to_string())
+    }
+}
+
+impl From<anyhow::Error> for Exit {
+    fn from(err: anyhow::Error) -> Exit {
+        Exit::with(FAILURE, format!("{err:#}"))
+    }
+}
+
+impl From<std::io::Error> for Exit {
+    fn from(err: std::io::Error) -> Exit {
+        Exit::with(FAILURE, err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn client_errors_map_to_their_codes() {
+        let server = "s:1".to_owned();
+        assert_eq!(
+            for_error(&Error::Unauthorized {
+                server: server.clone(),
+                message: String::new()
+            }),
+            UNAUTHORIZED
+        );
+        assert_eq!(
+            for_error(&Error::Unreachable {
+                server: server.clone(),
+                source: Arc::new(std::io::ErrorKind::ConnectionRefused.into())
+            }),
+            UNREACHABLE
+        );
+        assert_eq!(
+            for_error(&Error::Timeout {
+                server,
+                op: "get",
+                after: Duration::from_secs(1)
+            }),
+            TIMEOUT
+        );
+        assert_eq!(
+            for_error(&Error::Config(
+                "RDMA transport not available in this build".into()
+            )),
+            NOT_IN_BUILD
+        );
+        assert_eq!(for_error(&Error::Config("bad".into())), FAILURE);
+    }
+
+    #[test]
+    fn help_lists_every_code() {
+        for code in [
+            OK,
+            FAILURE,
+            USAGE,
+            NOT_FOUND,
+            UNAUTHORIZED,
+            UNREACHABLE,
+            TIMEOUT,
+            UNSUPPORTED_VERSION,
+            NOT_IN_BUILD,
+            memkv_fabric::EXIT_NO_MATCHING_PORT,
+            memkv_fabric::EXIT_NO_RDMA_DEVICES,
+        ] {
+            assert!(HELP.contains(&format!("\n  {code:<2}  ")), "code {code}");
+        }
+    }
+}
