@@ -8,6 +8,7 @@ pub mod admin;
 pub mod config;
 mod data;
 pub mod metrics;
+mod rdma;
 mod server;
 mod state;
 mod store_config;

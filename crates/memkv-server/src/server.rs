@@ -82,8 +82,12 @@ impl Server {
         if let Some(arena) = store.arena() {
             tracing::info!(bytes = arena.len, backing = ?arena.backing, "memory arena mapped");
         }
+        let rdma_config = config.rdma.clone();
+        let rdma = tokio::task::spawn_blocking(move || crate::rdma::bring_up(&rdma_config))
+            .await
+            .expect("fabric discovery does not panic");
         let tls = config.network.tls.clone();
-        let shared = Shared::new(config, store, key, data_addr);
+        let shared = Shared::new(config, store, key, data_addr, rdma);
         let (stop, stopped) = watch::channel(false);
 
         let admin_source: Arc<dyn crate::admin::StatusSource> = shared.clone();

@@ -33,6 +33,7 @@ pub struct Shared {
     phase: AtomicU8,
     pub listener_up: AtomicBool,
     pub connections: Arc<ConnectionCounters>,
+    pub rdma: crate::rdma::RdmaState,
     last_evictions: AtomicU64,
     last_checksum_failures: AtomicU64,
 }
@@ -43,6 +44,7 @@ impl Shared {
         store: Store,
         key: AuthKey,
         data_address: std::net::SocketAddr,
+        rdma: crate::rdma::RdmaState,
     ) -> Arc<Shared> {
         let limits = crate::store_config::wire_limits(&config);
         Arc::new(Shared {
@@ -55,6 +57,7 @@ impl Shared {
             phase: AtomicU8::new(STARTING),
             listener_up: AtomicBool::new(false),
             connections: Arc::default(),
+            rdma,
             last_evictions: AtomicU64::new(0),
             last_checksum_failures: AtomicU64::new(0),
         })
@@ -126,16 +129,12 @@ impl StatusSource for Shared {
             connections: self.connections.snapshot(),
             transports: TransportStatus {
                 tcp: true,
-                rdma: false,
+                rdma: self.rdma.active,
             },
             rdma: RdmaStatus {
-                active: false,
-                reason: Some(if self.config.rdma.enabled {
-                    RDMA_UNAVAILABLE.to_owned()
-                } else {
-                    "disabled by rdma.enabled: false".to_owned()
-                }),
-                devices: Vec::new(),
+                active: self.rdma.active,
+                reason: self.rdma.reason.clone(),
+                devices: self.rdma.devices.clone(),
             },
         }
     }
@@ -148,7 +147,7 @@ impl StatusSource for Shared {
             data_listener_up: self.listener_up.load(Ordering::Acquire),
             // No RDMA data plane in this build, so its absence degrades nothing.
             rdma_expected: false,
-            rdma_active: false,
+            rdma_active: self.rdma.active,
             drives_online: if self.config.storage.mode == StorageMode::File {
                 online
             } else {

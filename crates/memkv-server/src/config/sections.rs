@@ -117,10 +117,15 @@ pub struct RdmaConfig {
     pub device: String,
     /// `None`: chosen automatically (see the fabric runbooks).
     pub gid_index: Option<u8>,
-    pub traffic_class: u8,
-    pub service_level: u8,
-    pub mtu: u32,
-    pub pkey_index: u16,
+    /// `None` (`auto`, or 0): detected from the port's DCB settings on RoCEv2.
+    pub traffic_class: Option<u8>,
+    /// `None` (`auto`): detected on RoCEv2 (the PFC priority), 0 on InfiniBand.
+    pub service_level: Option<u8>,
+    /// `None`: 4096, capped at the port's active MTU. An explicit value above the active MTU
+    /// refuses RDMA on that port.
+    pub mtu: Option<u32>,
+    /// `None`: index 0, the default partition.
+    pub pkey_index: Option<u16>,
     pub num_dcis: u32,
 }
 
@@ -153,10 +158,10 @@ impl Default for RdmaConfig {
             enabled: true,
             device: DEFAULT_RDMA_DEVICE.to_owned(),
             gid_index: None,
-            traffic_class: 0,
-            service_level: 0,
-            mtu: DEFAULT_RDMA_MTU,
-            pkey_index: 0,
+            traffic_class: None,
+            service_level: None,
+            mtu: None,
+            pkey_index: None,
             num_dcis: DEFAULT_NUM_DCIS,
         }
     }

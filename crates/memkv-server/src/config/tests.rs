@@ -42,7 +42,10 @@ fn defaults_are_documented_values() {
     assert_eq!(config.storage.pin_lease, Duration::from_secs(10));
     assert_eq!(config.rdma, RdmaConfig::default());
     assert_eq!(config.rdma.device, "mlx5_0");
-    assert_eq!(config.rdma.mtu, 4096);
+    assert_eq!(
+        config.rdma.mtu, None,
+        "unset: 4096 capped at the active MTU"
+    );
     assert_eq!(config.rdma.num_dcis, 16);
     assert!(config.rdma.enabled);
     assert_eq!(config.limits.max_value_size, ByteSize::mib(64));
@@ -112,9 +115,12 @@ logging:\n  level: memkv_server=debug,warn\n"
             rdma.traffic_class,
             rdma.service_level
         ),
-        (false, "rxe0", Some(3), 106, 3)
+        (false, "rxe0", Some(3), Some(106), Some(3))
     );
-    assert_eq!((rdma.mtu, rdma.pkey_index, rdma.num_dcis), (1024, 1, 64));
+    assert_eq!(
+        (rdma.mtu, rdma.pkey_index, rdma.num_dcis),
+        (Some(1024), Some(1), 64)
+    );
     assert_eq!(config.limits.max_connections, 5);
     assert_eq!(config.logging.level, "memkv_server=debug,warn");
 }

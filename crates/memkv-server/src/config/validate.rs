@@ -210,25 +210,45 @@ impl Checker<'_> {
                 Some(self.ranged("rdma.gid_index", Some(n), 0, 0, 255)? as u8)
             }
         };
-        let mtu = raw.mtu.unwrap_or(u64::from(DEFAULT_RDMA_MTU));
-        let mtu = RDMA_MTUS
-            .into_iter()
-            .find(|&m| u64::from(m) == mtu)
-            .ok_or_else(|| {
-                self.invalid(
-                    "rdma.mtu",
-                    format!("{mtu} is not one of 256, 512, 1024, 2048, 4096"),
-                )
-            })?;
+        let mtu = match raw.mtu {
+            None => None,
+            Some(mtu) => Some(
+                RDMA_MTUS
+                    .into_iter()
+                    .find(|&m| u64::from(m) == mtu)
+                    .ok_or_else(|| {
+                        self.invalid(
+                            "rdma.mtu",
+                            format!("{mtu} is not one of 256, 512, 1024, 2048, 4096"),
+                        )
+                    })?,
+            ),
+        };
+        let auto_or = |key: &str, value: Option<AutoOrNumber>, max: u64| -> Checked<Option<u8>> {
+            match value {
+                None | Some(AutoOrNumber::Auto) => Ok(None),
+                Some(AutoOrNumber::Number(n)) => {
+                    Ok(Some(self.ranged(key, Some(n), 0, 0, max)? as u8))
+                }
+            }
+        };
+        // As in the sibling product's runbook, traffic class 0 means "detect".
+        let traffic_class =
+            auto_or("rdma.traffic_class", raw.traffic_class, 255)?.filter(|tc| *tc != 0);
+        let service_level = auto_or("rdma.service_level", raw.service_level, 15)?;
         Ok(RdmaConfig {
             enabled: raw.enabled.unwrap_or(defaults.enabled),
             device,
             gid_index,
-            traffic_class: self.ranged("rdma.traffic_class", raw.traffic_class, 0, 0, 255)? as u8,
-            service_level: self.ranged("rdma.service_level", raw.service_level, 0, 0, 15)? as u8,
+            traffic_class,
+            service_level,
             mtu,
-            pkey_index: self.ranged("rdma.pkey_index", raw.pkey_index, 0, 0, u64::from(u16::MAX))?
-                as u16,
+            pkey_index: match raw.pkey_index {
+                None => None,
+                Some(n) => {
+                    Some(self.ranged("rdma.pkey_index", Some(n), 0, 0, u64::from(u16::MAX))? as u16)
+                }
+            },
             num_dcis: self.ranged(
                 "rdma.num_dcis",
                 raw.num_dcis,
