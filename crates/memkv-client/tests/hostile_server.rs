@@ -1,0 +1,155 @@
+//! The client against a scripted server (a test double built on memkv-proto's server
+//! handshake) that answers out of order or sends frames that fail verification.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use memkv_client::{Client, ClientConfig, Error};
+use memkv_proto::{
+    Frame, HEADER_LEN, Header, Limits, ProtoError, ServerHandshake, Session, Status, Step,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+async fn read_raw(s: &mut TcpStream, limits: &Limits) -> ([u8; HEADER_LEN], Header, Vec<u8>) {
+    let mut raw = [0u8; HEADER_LEN];
+    s.read_exact(&mut raw).await.unwrap();
+    let h = Header::decode(&raw, limits).unwrap();
+    let mut body = vec![0u8; h.body_len() as usize];
+    s.read_exact(&mut body).await.unwrap();
+    (raw, h, body)
+}
+
+async fn accept_session(listener: &TcpListener) -> (TcpStream, Session) {
+    let (mut s, _) = listener.accept().await.unwrap();
+    let mut hs = ServerHandshake::new(common::key(), [9; 32], false, Limits::DEFAULT);
+    loop {
+        let (raw, _, body) = read_raw(&mut s, &Limits::DEFAULT).await;
+        let mut bytes = raw.to_vec();
+        bytes.extend_from_slice(&body);
+        let (frame, _) = Frame::decode(&bytes, &Limits::DEFAULT).unwrap();
+        match hs.on_frame(&frame).unwrap() {
+            Step::Send(b) => s.write_all(&b).await.unwrap(),
+            Step::Established { reply, session } => {
+                s.write_all(&reply.unwrap()).await.unwrap();
+                return (s, session);
+            }
+        }
+    }
+}
+
+/// Reads one sealed request: its header and key.
+async fn read_request(s: &mut TcpStream, session: &mut Session) -> (Header, Vec<u8>) {
+    let (raw, h, body) = read_raw(s, &Limits::DEFAULT).await;
+    let key = &body[..usize::from(h.key_len)];
+    let payload = &body[usize::from(h.key_len)..];
+    session.opener.verify(&raw, key, payload, true).unwrap();
+    (h, key.to_vec())
+}
+
+async fn client_for(addr: SocketAddr) -> Client {
+    let mut config = ClientConfig::new([addr.to_string()], common::key());
+    config.num_connections = 1;
+    config.timeout = Duration::from_secs(5);
+    Client::connect(config).await.unwrap()
+}
+
+#[tokio::test]
+async fn responses_complete_their_own_requests_in_any_order() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, mut session) = accept_session(&listener).await;
+        let mut requests = Vec::new();
+        for _ in 0..3 {
+            requests.push(read_request(&mut s, &mut session).await);
+        }
+        // Answer newest first; each value names its key.
+        for (h, key) in requests.into_iter().rev() {
+            let mut value = b"value of ".to_vec();
+            value.extend_from_slice(&key);
+            let frame = session
+                .sealer
+                .frame(Header::response(&h, Status::Ok), &[], &value);
+            s.write_all(&frame).await.unwrap();
+        }
+        s
+    });
+    let c = client_for(addr).await;
+    let (a, b, d) = tokio::join!(c.get(b"a"), c.get(b"b"), c.get(b"d"));
+    assert_eq!(a.unwrap().unwrap(), b"value of a");
+    assert_eq!(b.unwrap().unwrap(), b"value of b");
+    assert_eq!(d.unwrap().unwrap(), b"value of d");
+    drop(server.await.unwrap());
+}
+
+/// Starts a server that reads `requests` requests, then answers the first with `tamper`
+/// applied to a valid frame.
+async fn tampering_server(requests: usize, tamper: fn(&mut Vec<u8>)) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, mut session) = accept_session(&listener).await;
+        let (h, _) = read_request(&mut s, &mut session).await;
+        for _ in 1..requests {
+            read_request(&mut s, &mut session).await;
+        }
+        let mut frame = session
+            .sealer
+            .frame(Header::response(&h, Status::Ok), &[], b"a value");
+        tamper(&mut frame);
+        s.write_all(&frame).await.unwrap();
+        // Keep the socket open: the client must close it on its own.
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink).await;
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_frame_with_a_bad_mac_fails_the_request_and_closes_the_connection() {
+    let addr = tampering_server(2, |f| f[HEADER_LEN - 1] ^= 1).await;
+    let c = client_for(addr).await;
+    // Two requests in flight on the one connection: the bad frame fails both.
+    let (first, second) = tokio::join!(c.get(b"k"), async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        c.exists(b"other").await
+    });
+    for err in [first.unwrap_err(), second.unwrap_err()] {
+        assert!(
+            matches!(
+                err,
+                Error::Protocol {
+                    source: ProtoError::BadMac,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+    // The connection is gone; the scripted server accepts no second one, so the next call
+    // fails to reconnect instead of reusing the poisoned stream.
+    let next = c.with_timeout(Duration::from_millis(300)).get(b"k").await;
+    assert!(next.is_err());
+}
+
+#[tokio::test]
+async fn a_value_that_does_not_match_its_checksum_is_refused() {
+    // Flip a payload byte: the MAC (which covers the checksum, not the payload) still
+    // verifies, so only the checksum catches it.
+    let addr = tampering_server(1, |f| *f.last_mut().unwrap() ^= 0x20).await;
+    let c = client_for(addr).await;
+    let err = c.get(b"k").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Protocol {
+                source: ProtoError::ChecksumMismatch { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
