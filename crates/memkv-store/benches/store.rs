@@ -33,6 +33,22 @@ fn bench_dir() -> PathBuf {
     dir
 }
 
+/// The integrity hash alone, for reading the put/read numbers against.
+fn hash(c: &mut Criterion) {
+    let mut g = c.benchmark_group("xxh3");
+    for (len, label) in SIZES {
+        let data = payload(len);
+        g.throughput(Throughput::Bytes(len as u64));
+        g.bench_function(BenchmarkId::new("store_checksum", label), |b| {
+            b.iter(|| memkv_store::checksum(black_box(&data)))
+        });
+        g.bench_function(BenchmarkId::new("xxhash_rust", label), |b| {
+            b.iter(|| xxhash_rust::xxh3::xxh3_64(black_box(&data)))
+        });
+    }
+    g.finish();
+}
+
 fn memory(c: &mut Criterion) {
     let store = Store::open(StoreConfig::memory(256 << 20)).unwrap();
     eprintln!("arena backing: {:?}", store.arena().unwrap().backing);
@@ -124,5 +140,5 @@ fn file(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-criterion_group!(benches, memory, file);
+criterion_group!(benches, hash, memory, file);
 criterion_main!(benches);

@@ -52,5 +52,5 @@ pub const FILE_FORMAT_VERSION: u32 = file::FORMAT_VERSION;
 
 /// The checksum the store uses: xxh3-64 of the value bytes.
 pub fn checksum(bytes: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(bytes)
+    arena::xxh3(bytes)
 }

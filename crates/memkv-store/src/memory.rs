@@ -54,7 +54,7 @@ impl MemoryBackend {
     /// Publishes `data` under `key` once its bytes hash to `checksum`.
     pub fn commit(&self, key: &[u8], data: ArenaBlock, checksum: u64, verify: bool) -> Result<()> {
         if verify {
-            let actual = xxhash_rust::xxh3::xxh3_64(data.as_slice());
+            let actual = crate::arena::xxh3(data.as_slice());
             if actual != checksum {
                 return Err(StoreError::ChecksumMismatch {
                     expected: checksum,
@@ -102,20 +102,4 @@ impl MemoryBackend {
     pub fn granule(&self) -> u64 {
         self.granule
     }
-}
-
-/// Copies `src` into `dst` and hashes it in one pass, chunk by chunk, so each chunk is hashed
-/// while still in cache.
-pub(crate) fn copy_and_hash(dst: &mut [u8], src: &[u8]) -> u64 {
-    const CHUNK: usize = 64 << 10;
-    if src.len() <= CHUNK {
-        dst.copy_from_slice(src);
-        return xxhash_rust::xxh3::xxh3_64(src);
-    }
-    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
-    for (d, s) in dst.chunks_mut(CHUNK).zip(src.chunks(CHUNK)) {
-        d.copy_from_slice(s);
-        hasher.update(s);
-    }
-    hasher.digest()
 }

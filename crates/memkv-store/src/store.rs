@@ -8,7 +8,7 @@ use crate::arena::ArenaInfo;
 use crate::config::{EvictionPolicy, StoreConfig, StoreMode, check_key};
 use crate::error::{Result, StoreError};
 use crate::file::{FileBackend, MAX_EXTENTS_PER_VALUE};
-use crate::memory::{MemoryBackend, copy_and_hash};
+use crate::memory::MemoryBackend;
 use crate::pins::PinTable;
 use crate::reservation::{Reservation, ReservationTable, Space};
 use crate::stats::StoreStats;
@@ -217,15 +217,13 @@ impl Store {
         self.check_writable(key, value.len() as u64)?;
         match self.reserve_space(value.len() as u64)? {
             Space::Memory(mut b) => {
-                let sum = copy_and_hash(b.as_mut_slice(), value);
+                let sum = b.fill_hashed(value);
                 self.commit_space(key, Space::Memory(b), sum, false)
             }
             Space::File(mut s) => {
                 let f = self.inner.file_backend()?;
-                f.write_space(&mut s, 0, value)?;
-                // The hash was computed while writing in order; commit compares the same digest.
-                let sum = xxhash_rust::xxh3::xxh3_64(value);
-                f.commit(key, *s, sum, false)
+                f.write_unhashed(&mut s, value)?;
+                f.commit(key, *s, crate::arena::xxh3(value), false)
             }
         }
     }

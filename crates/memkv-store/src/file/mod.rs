@@ -89,6 +89,21 @@ impl FileBackend {
         }
     }
 
+    /// Writes a whole value whose checksum the caller computes (one-shot put).
+    pub fn write_unhashed(&self, space: &mut FileSpace, data: &[u8]) -> Result<()> {
+        if data.len() as u64 != space.len {
+            return Err(StoreError::BadRequest(
+                "value length differs from its space".into(),
+            ));
+        }
+        self.layout()
+            .for_each_piece(&space.extents.ids, 0, space.len, |io, at, r| {
+                io.write_at(at, &data[r])
+            })?;
+        space.hashed = None;
+        Ok(())
+    }
+
     pub fn write_space(&self, space: &mut FileSpace, off: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
         if off.checked_add(len).is_none_or(|end| end > space.len) {
@@ -266,14 +281,9 @@ impl Layout<'_> {
         Ok(())
     }
 
-    /// Reads a value into `buf` (exactly `len` bytes long), hashing each piece while cached.
+    /// Reads a value into `buf` (exactly `len` bytes long) and returns its xxh3-64.
     fn read_hashed(&self, ids: &[u64], len: u64, buf: &mut [u8]) -> std::io::Result<u64> {
-        let mut hasher = Xxh3Default::new();
-        self.for_each_piece(ids, 0, len, |io, at, r| {
-            io.read_at(at, &mut buf[r.clone()])?;
-            hasher.update(&buf[r]);
-            Ok(())
-        })?;
-        Ok(hasher.digest())
+        self.for_each_piece(ids, 0, len, |io, at, r| io.read_at(at, &mut buf[r]))?;
+        Ok(crate::arena::xxh3(buf))
     }
 }

@@ -1,11 +1,14 @@
 //! The memory-mode arena: one anonymous mapping (explicit hugepages, else transparent
 //! hugepages, else ordinary pages) plus the blocks handed out inside it.
 //!
-//! This is the only module with `unsafe`. Soundness rests on one invariant kept here: an
+//! This is the only module with `unsafe` (here and in [`checksum`], whose fused copy-and-hash
+//! writes arena blocks and dispatches to an AVX2 build at run time). Soundness rests on one invariant kept here: an
 //! [`ArenaBlock`] is the sole owner of its range (the [`Allocator`] never hands out overlapping
 //! live ranges, and a block frees its range only when dropped), so `&mut` access through a
 //! block never aliases another block's bytes. Remote writers (RDMA) act outside Rust's model; the
 //! protocol (reservation ids, pins) keeps them on ranges nobody else reads at the time.
+
+mod checksum;
 
 use std::io;
 use std::sync::Arc;
@@ -13,6 +16,7 @@ use std::sync::Arc;
 use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::allocator::{AllocStats, Allocation, Allocator};
+pub(crate) use checksum::{copy_and_xxh3, xxh3};
 
 /// What memory backs the arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +113,11 @@ impl ArenaBlock {
                 self.len,
             )
         }
+    }
+
+    /// Fills the block from `src` (same length) and returns the bytes' xxh3-64, in one pass.
+    pub fn fill_hashed(&mut self, src: &[u8]) -> u64 {
+        copy_and_xxh3(self.as_mut_slice(), src)
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
