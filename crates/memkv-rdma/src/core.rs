@@ -76,6 +76,7 @@ pub(crate) struct QpCore {
     pub connection: OnceLock<Connection>,
     in_flight: Mutex<HashMap<u64, InFlight>>,
     next_wr_id: AtomicU64,
+    doorbells: AtomicU64,
     broken: Mutex<Option<String>>,
     is_broken: AtomicBool,
     pub shutdown: AtomicBool,
@@ -114,6 +115,7 @@ impl QpCore {
             connection: OnceLock::new(),
             in_flight: Mutex::new(HashMap::new()),
             next_wr_id: AtomicU64::new(1),
+            doorbells: AtomicU64::new(0),
             broken: Mutex::new(None),
             is_broken: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
@@ -206,8 +208,9 @@ impl QpCore {
         let first_id = self.next_wr_id.fetch_add(n as u64, Ordering::Relaxed);
         let now = Instant::now();
         slot.expect(n);
-        {
+        let was_idle = {
             let mut in_flight = self.lock_in_flight();
+            let was_idle = in_flight.is_empty();
             for i in 0..n {
                 in_flight.insert(
                     first_id + i as u64,
@@ -219,6 +222,12 @@ impl QpCore {
                     },
                 );
             }
+            was_idle
+        };
+        if was_idle {
+            // The completion thread may be asleep without a deadline to wake for; a peer that
+            // never answers would otherwise leave it (and the operation) asleep for good.
+            self.wake_thread();
         }
         let mut sges: Vec<ibv_sge> = chunks
             .iter()
@@ -267,6 +276,7 @@ impl QpCore {
             unsafe { rdma_mummy_sys::ibv_post_send(qp.qp().as_ptr(), wr_base, &mut bad) }
         };
         if rc == 0 {
+            self.doorbells.fetch_add(1, Ordering::Relaxed);
             metrics::counter!(WR_TOTAL, OP_LABEL => op.label()).increment(n as u64);
             return Ok(());
         }
@@ -392,6 +402,11 @@ impl QpCore {
             );
         }
         next
+    }
+
+    /// Successful ibv_post_send calls (each rings the doorbell once for a whole chain).
+    pub fn doorbells(&self) -> u64 {
+        self.doorbells.load(Ordering::Relaxed)
     }
 
     pub fn in_flight_count(&self) -> usize {

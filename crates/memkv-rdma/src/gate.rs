@@ -1,6 +1,7 @@
 //! The congestion window of one peer behind an async wait, shared by every queue pair to that
 //! peer and kept by the device across reconnects, with its size exported as a gauge.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use tokio::sync::Notify;
@@ -13,6 +14,7 @@ pub struct PeerWindow {
     peer: String,
     window: Mutex<CongestionWindow>,
     freed: Notify,
+    waits: AtomicU64,
 }
 
 impl PeerWindow {
@@ -21,6 +23,7 @@ impl PeerWindow {
             peer,
             window: Mutex::new(window),
             freed: Notify::new(),
+            waits: AtomicU64::new(0),
         };
         gate.export(gate.lock().cwnd());
         gate
@@ -47,8 +50,14 @@ impl PeerWindow {
             if granted > 0 {
                 return granted;
             }
+            self.waits.fetch_add(1, Ordering::Relaxed);
             freed.await;
         }
+    }
+
+    /// How many times an acquire found the window full and waited.
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     /// Takes up to `wanted` slots without waiting.
@@ -96,6 +105,19 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
+    #[test]
+    fn the_window_is_exported_as_a_gauge_per_peer() {
+        let probe = crate::metrics_probe::Probe::default();
+        metrics::with_local_recorder(&probe, || {
+            let gate = PeerWindow::new("::ffff:192.0.2.2".into(), CongestionWindow::new(8, 1, 16));
+            let key = "memkv_rdma_cwnd{peer=::ffff:192.0.2.2}";
+            assert_eq!(probe.gauge(key), Some(8.0));
+            assert_eq!(gate.try_acquire(1), 1);
+            gate.complete(WcStatus::RNR_RETRY_EXC_ERR);
+            assert_eq!(probe.gauge(key), Some(4.0));
+        });
+    }
+
     #[tokio::test]
     async fn a_full_window_makes_waiters_wait_until_a_completion() {
         let gate = Arc::new(PeerWindow::new(
@@ -115,6 +137,7 @@ mod tests {
             .expect("woken by the completion")
             .unwrap();
         assert_eq!(got, 1);
+        assert!(gate.waits() >= 1);
         gate.complete(WcStatus::RETRY_EXC_ERR);
         assert_eq!(gate.snapshot().cwnd(), 1);
     }

@@ -27,6 +27,11 @@ pub mod status;
 pub mod transfer;
 pub mod window;
 
+/// The recorder double the integration tests use, shared with the unit tests.
+#[cfg(test)]
+#[path = "../tests/metrics_probe/mod.rs"]
+mod metrics_probe;
+
 pub use device::{PortLimits, RdmaDevice};
 pub use error::RdmaError;
 pub use gate::PeerWindow;

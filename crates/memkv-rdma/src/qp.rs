@@ -148,6 +148,16 @@ impl RcQueuePair {
         self.core.is_broken()
     }
 
+    /// How many chains of work requests were posted (one doorbell each).
+    pub fn doorbells(&self) -> u64 {
+        self.core.doorbells()
+    }
+
+    /// Work requests posted and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.core.in_flight_count()
+    }
+
     /// The peer's congestion window, once connected.
     pub fn window(&self) -> Option<&Arc<PeerWindow>> {
         self.core.connection.get().map(|c| &c.window)
