@@ -1,5 +1,6 @@
 //! `memkv start`: load the configuration, set up logging, serve until a signal.
 
+use std::io::IsTerminal;
 use std::path::Path;
 
 use memkv_server::config::ServerConfig;
@@ -24,6 +25,7 @@ pub fn start(config_path: Option<&Path>) -> Result<(), Exit> {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(memkv_server::run_until_signal(config))?;
@@ -39,5 +41,6 @@ pub fn init_client_logging() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }

@@ -174,6 +174,16 @@ async fn auth_and_reachability_failures_have_their_exit_codes() {
     assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
     assert!(stderr(&o).contains("unreachable"), "{}", stderr(&o));
 
+    // A listener that accepts but never answers: the deadline ends the command.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let mut cmd = memkv(&silent_addr, KEY_HEX);
+    cmd.args(["get", "k", "--timeout-ms", "200"]);
+    let o = run(cmd, None).await;
+    assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
+    assert!(stderr(&o).contains("timed out"), "{}", stderr(&o));
+    drop(silent);
+
     let mut cmd = memkv(&addr, "not-a-key");
     cmd.args(["get", "k"]);
     let o = run(cmd, None).await;
@@ -272,4 +282,66 @@ fn net_show_reports_no_devices_or_ports() {
     );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v.is_object() || v.is_array(), "{v}");
+}
+
+#[test]
+fn start_serves_until_sigterm_and_exits_cleanly() {
+    let dir = scratch("start");
+    let port = loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            break p;
+        }
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "network:\n  address: {addr}\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 64 MiB\nlogging:\n  level: warn\n"
+        ),
+    )
+    .unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_memkv"))
+        .arg("start")
+        .arg("--config")
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Up once a client gets an answer (exit 3: the key is not there yet).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let o = memkv(&addr, KEY_HEX)
+            .args(["exists", "k"])
+            .output()
+            .unwrap();
+        if o.status.code() == Some(3) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server did not come up: {}",
+            stderr(&o)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = memkv(&addr, KEY_HEX)
+        .args(["put", "k"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memkv(&addr, KEY_HEX).args(["get", "k"]).output().unwrap();
+    assert_eq!(o.stdout, std::fs::read(&config).unwrap());
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = server.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(dir);
 }
