@@ -303,7 +303,7 @@ fn start_serves_until_sigterm_and_exits_cleanly() {
         ),
     )
     .unwrap();
-    let mut server = Command::new(env!("CARGO_BIN_EXE_memkv"))
+    let server = Command::new(env!("CARGO_BIN_EXE_memkv"))
         .arg("start")
         .arg("--config")
         .arg(&config)
