@@ -68,6 +68,8 @@ pub enum Command {
     /// RDMA fabric diagnostics.
     #[command(subcommand)]
     Net(NetCommand),
+    /// Measure throughput and latency over a sweep of block sizes (--local: in-process server).
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Subcommand)]

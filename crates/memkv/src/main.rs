@@ -2,6 +2,7 @@
 //! Exit codes: see [`exit`] and `memkv --help`.
 
 mod admin;
+mod bench;
 mod cli;
 mod exit;
 mod http;
@@ -38,6 +39,7 @@ fn run(cli: Cli) -> Result<(), Exit> {
         Command::Keygen => keygen(),
         Command::Net(NetCommand::Show { device, port, json }) => net::show(device, port, json),
         Command::Net(NetCommand::Verify { .. }) => net::verify(),
+        Command::Bench(args) => bench::run(&cli.global, args),
         command => {
             start::init_client_logging();
             let runtime = tokio::runtime::Builder::new_multi_thread()

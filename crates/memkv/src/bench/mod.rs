@@ -1,0 +1,260 @@
+//! `memkv bench`: throughput and latency of servers driven through the real client, swept over
+//! block sizes; `--local` brings its own in-process server, `--memcpy` measures the copy
+//! ceiling instead. Comparisons with Redis, iperf3 and memcpy: `scripts/bench/compare`.
+
+mod histogram;
+mod local;
+mod memcpy;
+mod progress;
+mod report;
+mod units;
+mod workload;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use memkv_client::{Client, ClientConfig, Transport};
+
+use crate::cli::GlobalArgs;
+use crate::exit::{self, Exit};
+use report::{Row, Setup};
+use workload::{Failure, Op, Plan, Stop};
+
+/// Deadline per call unless --timeout-ms or MEMKV_TIMEOUT_MS says otherwise: a batch of large
+/// values under heavy concurrency can take seconds.
+const BENCH_TIMEOUT: Duration = Duration::from_secs(60);
+/// The default key space holds about this many bytes per block size.
+const DEFAULT_KEY_BYTES: u64 = 256 << 20;
+
+/// Block sizes, as parsed from `--sizes`.
+#[derive(Debug, Clone)]
+pub struct Sweep(pub Vec<u64>);
+
+fn parse_sweep(text: &str) -> Result<Sweep, String> {
+    units::parse_sweep(text).map(Sweep)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchTransport {
+    Tcp,
+    Rdma,
+}
+
+/// Options of `memkv bench`. Servers, auth key and deadline come from the global flags
+/// (--servers, --auth-key, --timeout-ms) and the client environment, as for every command.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// How values move.
+    #[arg(long, value_enum, default_value = "tcp")]
+    pub transport: BenchTransport,
+    /// What each call does (get, mixed and exists store the key space first, untimed).
+    #[arg(long, value_enum, default_value = "put")]
+    pub op: Op,
+    /// Block sizes to sweep, in order: bytes or K/M suffixes (powers of 1024), up to 64M.
+    #[arg(long, value_name = "LIST", default_value = "4K,64K,1M,4M", value_parser = parse_sweep)]
+    pub sizes: Sweep,
+    /// Concurrent tasks issuing calls.
+    #[arg(long, value_name = "N", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub threads: u32,
+    /// Connections per server (default: MEMKV_NUM_CONNECTIONS, else the client's 4).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub connections: Option<u32>,
+    /// Items per call; 1 uses the single-key operations, more the batch ones.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=16384))]
+    pub batch: u32,
+    /// How long each block size runs, e.g. 500ms, 10s, 2m [default: 5s].
+    #[arg(long, value_name = "TIME", value_parser = units::parse_duration, conflicts_with = "count")]
+    pub duration: Option<Duration>,
+    /// Run each block size for this many items instead of a duration.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+    /// Distinct keys per block size [default: about 256 MiB of values, 16..=10000 keys, at
+    /// least one batch, at most --count].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub keys: Option<u64>,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Start an in-process server on 127.0.0.1 with a fresh auth key and bench that.
+    #[arg(long)]
+    pub local: bool,
+    /// Measure memcpy bandwidth at each size instead (no server).
+    #[arg(long, conflicts_with_all = ["local", "op", "threads", "batch", "count", "keys"])]
+    pub memcpy: bool,
+}
+
+impl BenchArgs {
+    fn stop(&self) -> Stop {
+        match self.count {
+            Some(n) => Stop::Count(n),
+            None => Stop::After(self.duration.unwrap_or(Duration::from_secs(5))),
+        }
+    }
+
+    /// The key space of one block size.
+    fn keys_for(&self, size: u64) -> u64 {
+        if let Some(keys) = self.keys {
+            return keys;
+        }
+        let keys = (DEFAULT_KEY_BYTES / size)
+            .clamp(16, 10_000)
+            .max(self.batch.into());
+        match self.stop() {
+            Stop::Count(n) => keys.min(n.max(self.batch.into())),
+            Stop::After(_) => keys,
+        }
+    }
+}
+
+/// Runs `memkv bench`.
+pub fn run(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
+    crate::start::init_client_logging();
+    if args.memcpy {
+        return run_memcpy(&args);
+    }
+    if args.local && global.servers.is_some() {
+        return Err(Exit::with(
+            exit::USAGE,
+            "--local starts its own server; drop --servers (or --local)",
+        ));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(bench(global, args))
+}
+
+fn run_memcpy(args: &BenchArgs) -> Result<(), Exit> {
+    let time = args.duration.unwrap_or(Duration::from_secs(1));
+    let rows: Vec<_> = args
+        .sizes
+        .0
+        .iter()
+        .map(|&size| memcpy::measure(size, time))
+        .collect();
+    if args.json {
+        println!("{}", memcpy::json(&rows));
+    } else {
+        print!("{}", memcpy::table(&rows));
+    }
+    Ok(())
+}
+
+async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
+    let transport = match args.transport {
+        BenchTransport::Tcp => Transport::Tcp,
+        BenchTransport::Rdma => Transport::Rdma,
+    };
+    let timeout_set = global.timeout_ms.is_some() || std::env::var_os("MEMKV_TIMEOUT_MS").is_some();
+    let (mut config, local) = if args.local {
+        let largest = args
+            .sizes
+            .0
+            .iter()
+            .map(|&s| s.saturating_mul(args.keys_for(s)));
+        let arena = local::arena_for(largest.max().unwrap_or(0));
+        let local = local::start(arena, transport == Transport::Rdma).await?;
+        let config = ClientConfig::new([local.address.clone()], local.key.clone());
+        (config, Some(local))
+    } else {
+        let overrides = |name: &str| match name {
+            "MEMKV_SERVERS" => global.servers.clone(),
+            "MEMKV_AUTH_KEY" => global.auth_key.clone(),
+            "MEMKV_TIMEOUT_MS" => global.timeout_ms.map(|ms| ms.to_string()),
+            _ => None,
+        };
+        (ClientConfig::from_env_with(&overrides)?, None)
+    };
+    config.transport = transport;
+    if let Some(n) = args.connections {
+        config.num_connections = n as usize;
+    }
+    if !timeout_set {
+        config.timeout = BENCH_TIMEOUT;
+    }
+    let servers = config.servers.clone();
+    let connections = config.num_connections;
+    let client = Client::connect(config).await?;
+    let stop = args.stop();
+    let setup = Setup {
+        op: args.op,
+        transport: match args.transport {
+            BenchTransport::Tcp => "tcp",
+            BenchTransport::Rdma => "rdma",
+        },
+        servers: &servers,
+        local: args.local,
+        tasks: args.threads as usize,
+        connections,
+        batch: args.batch as usize,
+        stop: match stop {
+            Stop::After(d) => format!("{d:?}"),
+            Stop::Count(n) => format!("{n} ops"),
+        },
+    };
+    if !args.json {
+        println!("{}", report::heading(&setup));
+        println!("{}", report::table_header());
+    }
+    let result = sweep(&client, &args, stop, &setup).await;
+    drop(client);
+    if let Some(local) = local {
+        let _ = local.server.shutdown().await;
+    }
+    let rows = result?;
+    if args.json {
+        println!("{}", report::json(&setup, &rows));
+    }
+    Ok(())
+}
+
+async fn sweep(
+    client: &Client,
+    args: &BenchArgs,
+    stop: Stop,
+    setup: &Setup<'_>,
+) -> Result<Vec<Row>, Exit> {
+    let mut rows = Vec::new();
+    for &size in &args.sizes.0 {
+        let plan = Plan {
+            op: args.op,
+            size,
+            tasks: args.threads as usize,
+            batch: args.batch as usize,
+            stop,
+            keys: Arc::new(workload::key_space(size, args.keys_for(size))),
+            value: Arc::new(workload::value_of(size)),
+        };
+        let label = format!("{} {}", args.op.as_str(), units::format_size(size));
+        if plan.op.reads() {
+            let spinner = progress::populating(&label, plan.keys.len());
+            workload::populate(client, &plan).await.map_err(failed)?;
+            spinner.finish_and_clear();
+        }
+        let display = progress::Display::start(&label, stop);
+        let outcome = workload::run(client, &plan, display.counter()).await;
+        display.finish().await;
+        let row = Row {
+            size,
+            outcome: outcome.map_err(failed)?,
+        };
+        if !args.json {
+            println!("{}", report::table_row(setup.op, &row));
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+fn failed(failure: Failure) -> Exit {
+    match failure {
+        Failure::Client(e) => Exit::from(e),
+        Failure::Wrong(message) => Exit::with(exit::FAILURE, message),
+    }
+}
+
+#[cfg(test)]
+mod tests;

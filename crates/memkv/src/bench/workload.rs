@@ -1,0 +1,316 @@
+//! One block size's run: concurrent tasks issuing operations through the real client until the
+//! duration or the operation count is reached, each timing its calls into its own histogram.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use memkv_client::Client;
+use tokio::time::Instant;
+
+use super::histogram::Histogram;
+use super::units::format_size;
+
+/// What each call does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Op {
+    Put,
+    Get,
+    /// Half puts, half gets (chosen at random per call).
+    Mixed,
+    Exists,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Put => "put",
+            Op::Get => "get",
+            Op::Mixed => "mixed",
+            Op::Exists => "exists",
+        }
+    }
+
+    /// Whether the keys must exist before the timed run.
+    pub fn reads(self) -> bool {
+        !matches!(self, Op::Put)
+    }
+
+    /// Whether each item moves a value (exists moves none).
+    pub fn moves_values(self) -> bool {
+        !matches!(self, Op::Exists)
+    }
+}
+
+/// When a run ends.
+#[derive(Debug, Clone, Copy)]
+pub enum Stop {
+    After(Duration),
+    /// Total items over all tasks.
+    Count(u64),
+}
+
+/// One block size's run.
+#[derive(Clone)]
+pub struct Plan {
+    pub op: Op,
+    pub size: u64,
+    pub tasks: usize,
+    pub batch: usize,
+    pub stop: Stop,
+    pub keys: Arc<Vec<Vec<u8>>>,
+    pub value: Arc<Vec<u8>>,
+}
+
+/// What a run measured. Latency is per call (one batch when `batch` > 1), one sample each.
+pub struct Outcome {
+    pub items: u64,
+    pub elapsed: Duration,
+    pub latency: Histogram,
+}
+
+/// Why a run stopped early.
+#[derive(Debug)]
+pub enum Failure {
+    Client(memkv_client::Error),
+    /// The server answered, but not with what the bench stored.
+    Wrong(String),
+}
+
+impl From<memkv_client::Error> for Failure {
+    fn from(e: memkv_client::Error) -> Self {
+        Failure::Client(e)
+    }
+}
+
+/// The keys of one block size: distinct per size, so a sweep never reads another size's value.
+pub fn key_space(size: u64, count: u64) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|i| format!("bench/{}/{i:08}", format_size(size)).into_bytes())
+        .collect()
+}
+
+/// A value of `size` pseudo-random bytes (incompressible, not all zeros).
+pub fn value_of(size: u64) -> Vec<u8> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ size);
+    let mut value = Vec::with_capacity(size as usize);
+    while value.len() < size as usize {
+        let word = rng.next().to_le_bytes();
+        let take = word.len().min(size as usize - value.len());
+        value.extend_from_slice(&word[..take]);
+    }
+    value
+}
+
+/// Stores every key once (untimed), in batches of at most 32 MiB / 1000 items.
+pub async fn populate(client: &Client, plan: &Plan) -> Result<(), Failure> {
+    let per_batch = ((32 << 20) / plan.size.max(1)).clamp(1, 1000) as usize;
+    for chunk in plan.keys.chunks(per_batch) {
+        let items: Vec<(&[u8], &[u8])> = chunk
+            .iter()
+            .map(|k| (k.as_slice(), plan.value.as_slice()))
+            .collect();
+        for result in client.put_batch(&items).await {
+            result?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `plan`, adding each finished item to `done` (for the progress display).
+pub async fn run(client: &Client, plan: &Plan, done: Arc<AtomicU64>) -> Result<Outcome, Failure> {
+    let claimed = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let deadline = match plan.stop {
+        Stop::After(d) => Some(started + d),
+        Stop::Count(_) => None,
+    };
+    let mut tasks = Vec::with_capacity(plan.tasks);
+    for index in 0..plan.tasks {
+        let worker = Worker {
+            client: client.clone(),
+            plan: plan.clone(),
+            rng: Rng(0x2545_f491_4f6c_dd1d ^ ((index as u64 + 1) << 32) ^ plan.size),
+            claimed: Arc::clone(&claimed),
+            done: Arc::clone(&done),
+            deadline,
+        };
+        tasks.push(tokio::spawn(worker.run()));
+    }
+    let mut outcome = Outcome {
+        items: 0,
+        elapsed: Duration::ZERO,
+        latency: Histogram::default(),
+    };
+    let mut first_failure = None;
+    for task in tasks {
+        match task.await.expect("bench tasks do not panic") {
+            Ok(part) => {
+                outcome.items += part.items;
+                outcome.latency.merge(&part.latency);
+            }
+            Err(e) => {
+                first_failure.get_or_insert(e);
+            }
+        }
+    }
+    outcome.elapsed = started.elapsed();
+    match first_failure {
+        Some(e) => Err(e),
+        None => Ok(outcome),
+    }
+}
+
+struct Worker {
+    client: Client,
+    plan: Plan,
+    rng: Rng,
+    claimed: Arc<AtomicU64>,
+    done: Arc<AtomicU64>,
+    deadline: Option<Instant>,
+}
+
+impl Worker {
+    async fn run(mut self) -> Result<Outcome, Failure> {
+        let mut latency = Histogram::default();
+        let mut items = 0u64;
+        let mut buf = Vec::new();
+        let batch = self.plan.batch as u64;
+        loop {
+            let n = match (self.plan.stop, self.deadline) {
+                (Stop::Count(total), _) => {
+                    let first = self.claimed.fetch_add(batch, Ordering::Relaxed);
+                    if first >= total {
+                        break;
+                    }
+                    batch.min(total - first) as usize
+                }
+                (Stop::After(_), Some(deadline)) if Instant::now() < deadline => batch as usize,
+                _ => break,
+            };
+            let keys = &self.plan.keys;
+            let start = (self.rng.next() % keys.len() as u64) as usize;
+            let put = match self.plan.op {
+                Op::Put => true,
+                Op::Mixed => self.rng.next() & 1 == 0,
+                Op::Get | Op::Exists => false,
+            };
+            let began = Instant::now();
+            if n == 1 {
+                self.single(&keys[start], put, &mut buf).await?;
+            } else {
+                let picked: Vec<&[u8]> = (0..n)
+                    .map(|i| keys[(start + i) % keys.len()].as_slice())
+                    .collect();
+                self.batch(&picked, put).await?;
+            }
+            latency.record(began.elapsed().as_nanos().try_into().unwrap_or(u64::MAX));
+            items += n as u64;
+            self.done.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        Ok(Outcome {
+            items,
+            elapsed: Duration::ZERO,
+            latency,
+        })
+    }
+
+    async fn single(&self, key: &[u8], put: bool, buf: &mut Vec<u8>) -> Result<(), Failure> {
+        let client = &self.client;
+        if put {
+            return Ok(client.put(key, &self.plan.value).await?);
+        }
+        let found = match self.plan.op {
+            Op::Exists => client.exists(key).await?,
+            _ => client.get_into(key, buf).await? && self.check_len(key, buf.len())?,
+        };
+        self.found(key, found)
+    }
+
+    async fn batch(&self, keys: &[&[u8]], put: bool) -> Result<(), Failure> {
+        let client = &self.client;
+        if put {
+            let value = self.plan.value.as_slice();
+            let items: Vec<(&[u8], &[u8])> = keys.iter().map(|&k| (k, value)).collect();
+            for result in client.put_batch(&items).await {
+                result?;
+            }
+            return Ok(());
+        }
+        if self.plan.op == Op::Exists {
+            for (key, result) in keys.iter().zip(client.exists_batch(keys).await) {
+                self.found(key, result?)?;
+            }
+            return Ok(());
+        }
+        for (key, result) in keys.iter().zip(client.get_batch(keys).await) {
+            let found = match result? {
+                Some(value) => self.check_len(key, value.len())?,
+                None => false,
+            };
+            self.found(key, found)?;
+        }
+        Ok(())
+    }
+
+    fn check_len(&self, key: &[u8], len: usize) -> Result<bool, Failure> {
+        if len as u64 == self.plan.size {
+            return Ok(true);
+        }
+        Err(Failure::Wrong(format!(
+            "key {} came back with {len} bytes; the bench stored {}",
+            String::from_utf8_lossy(key),
+            self.plan.size
+        )))
+    }
+
+    fn found(&self, key: &[u8], found: bool) -> Result<(), Failure> {
+        if found {
+            return Ok(());
+        }
+        Err(Failure::Wrong(format!(
+            "key {} is missing although the bench stored it: the server evicted it (the key \
+             space, --keys x size, is larger than the server's memory?)",
+            String::from_utf8_lossy(key)
+        )))
+    }
+}
+
+/// xorshift64*: cheap, seedable, and good enough to spread keys.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0.max(1);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_distinct_per_size() {
+        let a = key_space(4096, 3);
+        let b = key_space(1 << 20, 3);
+        assert_eq!(a[0], b"bench/4K/00000000");
+        assert_eq!(b[2], b"bench/1M/00000002");
+        assert!(a.iter().all(|k| !b.contains(k)));
+    }
+
+    #[test]
+    fn values_have_their_size_and_are_not_flat() {
+        for size in [1, 7, 4096, 100_003] {
+            let v = value_of(size);
+            assert_eq!(v.len() as u64, size);
+            if size > 16 {
+                assert!(v.iter().any(|&b| b != v[0]));
+            }
+        }
+    }
+}

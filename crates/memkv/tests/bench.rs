@@ -1,0 +1,132 @@
+//! `memkv bench` end to end through the built binary, against its own in-process server.
+
+use std::process::Command;
+
+fn memkv() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memkv"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("MEMKV_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
+#[test]
+fn a_local_bench_prints_one_json_result_per_size() {
+    let out = memkv()
+        .args([
+            "bench", "--local", "--count", "200", "--sizes", "4K", "--json",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    assert_eq!(doc["op"], "put");
+    assert_eq!(doc["transport"], "tcp");
+    assert_eq!(doc["local"], true);
+    assert_eq!(doc["batch"], 1);
+    let results = doc["results"].as_array().expect("results array");
+    assert_eq!(results.len(), 1);
+    let r = &results[0];
+    assert_eq!(r["size"], 4096);
+    assert_eq!(r["ops"], 200);
+    assert_eq!(r["bytes"], 200 * 4096);
+    assert!(r["gib_per_sec"].as_f64().unwrap() > 0.0);
+    assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0);
+    let latency = &r["latency_us"];
+    let (p50, p99, p999, max) = (
+        latency["p50"].as_f64().unwrap(),
+        latency["p99"].as_f64().unwrap(),
+        latency["p999"].as_f64().unwrap(),
+        latency["max"].as_f64().unwrap(),
+    );
+    assert!(
+        0.0 < p50 && p50 <= p99 && p99 <= p999 && p999 <= max,
+        "{latency}"
+    );
+}
+
+#[test]
+fn a_local_get_bench_reads_back_what_it_stored() {
+    let out = memkv()
+        .args([
+            "bench", "--local", "--op", "get", "--batch", "8", "--count", "64", "--sizes",
+            "1K,64K", "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["latency_per"], "batch");
+    let sizes: Vec<u64> = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [1024, 65536]);
+    assert!(
+        doc["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["ops"] == 64 && r["calls"] == 8)
+    );
+}
+
+#[test]
+fn transport_rdma_fails_with_the_clients_reason() {
+    let out = memkv()
+        .args([
+            "bench",
+            "--local",
+            "--transport",
+            "rdma",
+            "--count",
+            "1",
+            "--sizes",
+            "4K",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("rdma"), "{stderr}");
+}
+
+#[test]
+fn an_unreachable_server_is_a_clear_error() {
+    // Port 1 on loopback: nothing listens there.
+    let out = memkv()
+        .args([
+            "--servers",
+            "127.0.0.1:1",
+            "--auth-key",
+            &"ab".repeat(32),
+            "bench",
+            "--count",
+            "1",
+            "--sizes",
+            "4K",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("127.0.0.1:1"));
+}
