@@ -13,7 +13,9 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 use crate::error::RdmaError;
 use crate::gate::PeerWindow;
 use crate::memory::{Access, MemoryRegion};
-use crate::window::CongestionWindow;
+use crate::window::{
+    CongestionWindow, DEFAULT_INITIAL_WINDOW, DEFAULT_MAX_WINDOW, DEFAULT_MIN_WINDOW,
+};
 
 /// A port memkv moves data through. Shared (`Arc`) by every region and queue pair made on it.
 pub struct RdmaDevice {
@@ -101,7 +103,12 @@ impl RdmaDevice {
             context,
             limits,
             windows: Mutex::new(HashMap::new()),
-            window_template: CongestionWindow::default(),
+            // The window never admits more requests than one queue pair can hold.
+            window_template: CongestionWindow::new(
+                DEFAULT_INITIAL_WINDOW,
+                DEFAULT_MIN_WINDOW,
+                DEFAULT_MAX_WINDOW.min(limits.max_qp_wr).min(limits.max_cqe),
+            ),
         }))
     }
 
@@ -164,6 +171,11 @@ impl RdmaDevice {
     ) -> Result<MemoryRegion, RdmaError> {
         // SAFETY: forwarded from this function's contract.
         unsafe { MemoryRegion::register(self, ptr, len, Access::LocalOnly) }
+    }
+
+    /// Most work requests the congestion window ever admits towards one peer.
+    pub fn max_window(&self) -> u32 {
+        self.window_template.max()
     }
 
     /// The congestion window towards `peer` (kept across reconnects to the same peer).

@@ -12,6 +12,7 @@
 //!
 //! `unsafe` lives in the verbs and memory layers (`core`, `completion`, `memory`, `staging`).
 
+pub mod block;
 mod completion;
 mod core;
 pub mod device;
@@ -32,6 +33,7 @@ pub mod window;
 #[path = "../tests/metrics_probe/mod.rs"]
 mod metrics_probe;
 
+pub use block::block_on;
 pub use device::{PortLimits, RdmaDevice};
 pub use error::RdmaError;
 pub use gate::PeerWindow;

@@ -43,7 +43,7 @@ pub struct QpOptions {
     pub rnr_retry: u8,
     /// RNR NAK timer code this side asks peers to wait (12: 0.64 ms).
     pub min_rnr_timer: u8,
-    /// Send queue (and CQ) depth; bounds the requests one pair has outstanding.
+    /// Send queue (and CQ) depth; raised to the congestion window's maximum if below it.
     pub send_queue_depth: u32,
 }
 
@@ -77,8 +77,10 @@ impl RdmaDevice {
 
     pub fn create_rc_with(self: &Arc<Self>, options: QpOptions) -> Result<RcQueuePair, RdmaError> {
         let limits = self.limits();
+        // At least the window's maximum, so that what the window admits always fits.
         let depth = options
             .send_queue_depth
+            .max(self.max_window())
             .clamp(1, limits.max_qp_wr.min(limits.max_cqe));
         let fail = |call, e: &dyn std::fmt::Display| RdmaError::Verbs {
             call,

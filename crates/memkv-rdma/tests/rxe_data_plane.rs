@@ -338,3 +338,39 @@ fn registering_large_regions_costs() {
         ms(parallel)
     ));
 }
+
+#[test]
+fn blocking_callers_need_no_async_runtime() {
+    let Some(vm) = two_devices("blocking_callers_need_no_async_runtime") else {
+        return;
+    };
+    let p = pair::connect(
+        &vm,
+        &vm.devices[0],
+        &vm.devices[1],
+        MIB,
+        QpOptions::default(),
+    );
+    let mut local = RegisteredBuffer::new(&p.client_device, 64 * KIB).unwrap();
+    fill_pattern(local.as_mut_slice(), 21);
+    memkv_rdma::block_on(
+        p.client
+            .write(&local, 0, 64 * KIB, p.arena.addr(), p.arena.rkey()),
+    )
+    .expect("blocking WRITE");
+    assert!(
+        p.arena.map[..64 * KIB] == local.as_slice()[..],
+        "blocking WRITE differs"
+    );
+    let expected = local.as_slice().to_vec();
+    local.as_mut_slice().fill(0);
+    memkv_rdma::block_on(
+        p.client
+            .read(&mut local, 0, 64 * KIB, p.arena.addr(), p.arena.rkey()),
+    )
+    .expect("blocking READ");
+    assert!(
+        local.as_slice() == expected.as_slice(),
+        "blocking READ differs"
+    );
+}

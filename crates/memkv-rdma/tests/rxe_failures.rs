@@ -11,7 +11,7 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use memkv_fabric::{FabricConfig, FabricError, Mtu};
-use memkv_rdma::{QpOptions, RdmaDevice, RdmaError, RegisteredBuffer, WcStatus};
+use memkv_rdma::{QpOptions, RdmaDevice, RdmaError, RegisteredBuffer, Transfer, WcStatus};
 
 const MIB: usize = 1 << 20;
 /// Far longer than any of these operations may take; reaching it means something hung.
@@ -195,6 +195,44 @@ async fn a_bad_rkey_ends_in_flight_operations_with_named_errors() {
         );
     }
     assert!(probe.counter("memkv_rdma_wr_total{op=write}") >= 1);
+
+    // Work requests already queued behind the failing one, in one chain: the good one before
+    // it lands, the four after it are flushed (and counted), the operation names the cause.
+    let p = pair::connect(
+        &vm,
+        &vm.devices[0],
+        &vm.devices[1],
+        16 * MIB,
+        QpOptions::default(),
+    );
+    let (addr, rkey) = (p.arena.addr(), p.arena.rkey());
+    let local = RegisteredBuffer::new(&p.client_device, 2 * MIB).unwrap();
+    let transfers: Vec<Transfer> = (0..6u64)
+        .map(|i| Transfer {
+            local_offset: 0,
+            len: 2 * MIB,
+            remote_addr: addr + i * 2 * MIB as u64,
+            rkey: if i == 1 { rkey ^ 0x5a5a } else { rkey },
+        })
+        .collect();
+    let flushed_before = probe.counter("memkv_rdma_wc_errors_total{status=IBV_WC_WR_FLUSH_ERR}");
+    let r = tokio::time::timeout(HANG, p.client.write_batch(&local, &transfers))
+        .await
+        .expect("a batch with a bad rkey hung");
+    report(&format!("batch with a bad rkey second: {r:?}"));
+    assert!(
+        matches!(&r, Err(RdmaError::QueuePairError { status, .. }) if *status != WcStatus::WR_FLUSH_ERR),
+        "{r:?}"
+    );
+    let flushed =
+        probe.counter("memkv_rdma_wc_errors_total{status=IBV_WC_WR_FLUSH_ERR}") - flushed_before;
+    // At least: tests running alongside in this binary may flush requests of their own.
+    assert!(
+        flushed >= 4,
+        "the four requests behind the bad one are flushed ({flushed})"
+    );
+    assert_eq!(p.client.in_flight(), 0);
+    assert!(p.client.is_broken());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
