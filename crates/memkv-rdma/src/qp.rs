@@ -1,7 +1,7 @@
 //! Reliable-connected queue pairs: creation (RESET -> INIT), the endpoint each side advertises,
 //! connecting (INIT -> RTR -> RTS) and one-sided RDMA WRITE / READ awaiting their completions.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use memkv_fabric::LinkLayer;
@@ -66,6 +66,8 @@ impl Default for QpOptions {
 /// the peer's congestion window bounds how many work requests are outstanding.
 pub struct RcQueuePair {
     core: Arc<QpCore>,
+    /// Started by the first operation: a pair that only answers (the server's) needs none.
+    completion_thread: OnceLock<Result<(), RdmaError>>,
 }
 
 impl RdmaDevice {
@@ -126,9 +128,10 @@ impl RdmaDevice {
             .map_err(|e| modify_error("ibv_modify_qp(RESET->INIT)", self.name(), &e))?;
         let psn = getrandom::u32().map_err(|e| fail("getrandom", &e))? & 0x00ff_ffff;
         let core = Arc::new(QpCore::new(qp, cq, channel, self.clone(), psn, options)?);
-        completion::spawn(core.clone())
-            .map_err(|e| RdmaError::verbs("spawn completion thread", self.name(), &e))?;
-        Ok(RcQueuePair { core })
+        Ok(RcQueuePair {
+            core,
+            completion_thread: OnceLock::new(),
+        })
     }
 }
 
@@ -250,6 +253,14 @@ impl RcQueuePair {
             })
     }
 
+    /// [`RcQueuePair::connect`] on tokio's blocking pool, for callers on a tokio runtime.
+    pub async fn connect_async(self: &Arc<Self>, peer: &RdmaEndpoint) -> Result<(), RdmaError> {
+        let (qp, peer) = (self.clone(), *peer);
+        tokio::task::spawn_blocking(move || qp.connect(&peer))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
+
     /// Moves the pair to the error state: every operation in flight ends with
     /// [`RdmaError::QueuePairError`] (IBV_WC_WR_FLUSH_ERR), later ones with
     /// [`RdmaError::QueuePairBroken`].
@@ -333,6 +344,13 @@ impl RcQueuePair {
         if chunks.is_empty() {
             return Ok(());
         }
+        self.completion_thread
+            .get_or_init(|| {
+                completion::spawn(core.clone()).map(drop).map_err(|e| {
+                    RdmaError::verbs("spawn completion thread", core.device.name(), &e)
+                })
+            })
+            .clone()?;
         let slot = Arc::new(Slot::default());
         let mut guard = InFlightGuard {
             core,

@@ -348,14 +348,19 @@ async fn a_silent_peer_times_out_and_exhausted_retries_halve_the_window() {
     assert!(waiting.is_broken());
 
     // Retries next: ACK timeout about 16 ms, two retries.
-    let retrying = client_dev
-        .create_rc_with(QpOptions {
-            ack_timeout: 12,
-            retry_count: 2,
-            ..Default::default()
-        })
-        .unwrap();
-    tokio::task::block_in_place(|| retrying.connect(&silent)).expect("connect to the silent peer");
+    let retrying = std::sync::Arc::new(
+        client_dev
+            .create_rc_with(QpOptions {
+                ack_timeout: 12,
+                retry_count: 2,
+                ..Default::default()
+            })
+            .unwrap(),
+    );
+    retrying
+        .connect_async(&silent)
+        .await
+        .expect("connect to the silent peer");
     let window = retrying.window().unwrap().clone();
     let before = window.snapshot().cwnd();
     let started = Instant::now();
