@@ -36,7 +36,8 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// A client over `config.servers`. Connections open on first use, so a server that is down
-    /// now only fails the operations on its keys.
+    /// now only fails the operations on its keys. With feature `prometheus`, the first client
+    /// in the process serves `/metrics` on `MEMKV_PROMETHEUS_BIND` when that is set.
     pub async fn connect(config: ClientConfig) -> Result<Client> {
         match config.transport {
             Transport::Rdma => {
@@ -54,6 +55,8 @@ impl Client {
         if config.servers.is_empty() {
             return Err(Error::Config("the server list is empty".into()));
         }
+        #[cfg(feature = "prometheus")]
+        crate::metrics::serve_from_env_once().await;
         let pools = config
             .servers
             .iter()
@@ -161,6 +164,7 @@ impl Client {
         buf: Vec<u8>,
     ) -> Result<Response> {
         let pool = &self.inner.pools[index];
+        let started = tokio::time::Instant::now();
         let attempt = async {
             let mut buf = Some(buf);
             let mut retried = false;
@@ -176,13 +180,20 @@ impl Client {
                 }
             }
         };
-        tokio::time::timeout(self.timeout, attempt)
+        let result = tokio::time::timeout(self.timeout, attempt)
             .await
             .map_err(|_| Error::Timeout {
                 server: pool.server().to_owned(),
                 op,
                 after: self.timeout,
-            })?
+            })
+            .and_then(|r| r);
+        crate::metrics::request(op, result.as_ref().map(drop), started.elapsed());
+        if let Ok(r) = &result {
+            let sent: usize = payload.iter().map(|p| p.len()).sum();
+            crate::metrics::bytes(sent, r.payload.len());
+        }
+        result
     }
 
     pub(crate) fn server_name(&self, index: usize) -> &str {

@@ -16,7 +16,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Configuration: [`ClientConfig::from_env`]. Blocking callers: [`BlockingClient`].
+//! Configuration: [`ClientConfig::from_env`]. Blocking callers: [`BlockingClient`]. Metrics:
+//! [`metrics`] (feature `prometheus` serves them on `MEMKV_PROMETHEUS_BIND`).
 
 mod batch;
 mod blocking;
@@ -26,6 +27,7 @@ mod conn;
 mod error;
 mod join;
 pub mod key_file;
+pub mod metrics;
 mod pool;
 
 pub use blocking::BlockingClient;

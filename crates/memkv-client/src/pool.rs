@@ -105,6 +105,7 @@ impl ServerPool {
         };
         match Connection::open(&dial).await {
             Ok(conn) => {
+                crate::metrics::connected();
                 if slot.backoff.failures > 0 {
                     tracing::info!(server = %self.server, "reconnected");
                 }
