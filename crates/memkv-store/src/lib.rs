@@ -19,7 +19,25 @@
 //!   writer that disappears leaks nothing. **Eviction** ([`eviction`]): CLOCK over committed,
 //!   unpinned blocks, or `Full` errors when eviction is off.
 //!
-//! `unsafe` is confined to [`arena`].
+//! * **Checksums**: xxh3-64 everywhere; the arena layer has an AVX2 build (picked at run time)
+//!   that also copies while hashing, so a memory-mode put reads its source once.
+//!
+//! # Durability (file mode)
+//!
+//! A put writes its extents, then the group-commit leader appends the journal record and
+//! `fdatasync`s every touched drive before anyone is acknowledged. A crash can only cut short
+//! the journal's final batch, so replay re-reads and re-hashes that batch's values and keeps a
+//! key's previous value when the new one did not reach the disk. Old extents are reused only
+//! after the record that superseded them is durable.
+//!
+//! # Drive sizing
+//!
+//! `DriveConfig::size` grows a drive file to that size; without it an existing non-empty file
+//! keeps its size and a new or empty one becomes a 1 GiB sparse file. Every value takes at
+//! least one extent in file mode, so file mode suits block-sized values (KV-cache blocks), not
+//! tiny ones.
+//!
+//! `unsafe` is confined to [`arena`] (the mapping, block slices and the SIMD checksum).
 
 mod allocator;
 mod arena;

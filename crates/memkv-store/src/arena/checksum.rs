@@ -2,11 +2,11 @@
 //!
 //! The hash is the store's integrity check, computed on every put and every file-mode read, so
 //! its speed bounds theirs. `xxhash-rust` picks its SIMD path at compile time (SSE2 on a
-//! default x86-64 build); here the long-input loop (inputs over 240 bytes, the ones that cost)
-//! is written once and compiled twice: for AVX2, chosen at run time when the CPU has it, and for
-//! the baseline target. The copy variant stores each 64-byte stripe while it is in registers,
-//! so a put reads its source once. Results are bit-identical to `xxhash_rust::xxh3::xxh3_64`
-//! (checked by the tests below). Inputs up to 240 bytes use the library directly.
+//! default x86-64 build). Here the long-input loop (inputs over 240 bytes, the ones that cost)
+//! has an AVX2 version chosen at run time when the CPU has it; the copy variant stores each
+//! 64-byte stripe while it is in registers, so a put reads its source once. Results are
+//! bit-identical to `xxhash_rust::xxh3::xxh3_64` (checked by the tests below); short inputs and
+//! CPUs without AVX2 use the library.
 
 use std::sync::OnceLock;
 
@@ -92,10 +92,11 @@ fn long_avx2(src: &[u8], dst: Option<&mut [u8]>) -> u64 {
 
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn long_avx2(src: &[u8], dst: Option<&mut [u8]>) -> u64 {
-    hash_long(src, dst)
+    long_baseline(src, dst)
 }
 
-/// The same algorithm as [`hash_long`] with the accumulator in two 256-bit registers.
+/// xxh3's long-input loop (64-byte stripes, 1 KiB blocks, scramble, merge) with the eight
+/// accumulator lanes in two 256-bit registers.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
@@ -148,11 +149,113 @@ mod avx2 {
         }
     }
 
+    fn init_lanes() -> [u64; 8] {
+        [
+            PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3, PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1,
+        ]
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn to_regs(lanes: &[u64; 8]) -> [__m256i; 2] {
+        let r = |i: usize| {
+            _mm256_setr_epi64x(
+                lanes[i] as i64,
+                lanes[i + 1] as i64,
+                lanes[i + 2] as i64,
+                lanes[i + 3] as i64,
+            )
+        };
+        [r(0), r(4)]
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn to_lanes(acc: &[__m256i; 2]) -> [u64; 8] {
+        let mut out = [0u64; 8];
+        for (j, a) in acc.iter().enumerate() {
+            let mut lanes = [0i64; 4];
+            // SAFETY: `lanes` is 32 writable bytes; `storeu` accepts any alignment.
+            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *a) };
+            for i in 0..4 {
+                out[4 * j + i] = lanes[i] as u64;
+            }
+        }
+        out
+    }
+
+    /// Folds whole blocks `from..to` of `src` (copying them to `dst` when it is not null).
+    ///
+    /// # Safety
+    /// `src` readable and `dst` (if not null) writable for `to * BLOCK` bytes; AVX2 available.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn blocks(acc: &mut [__m256i; 2], src: *const u8, dst: *mut u8, from: usize, to: usize) {
+        let secret = SECRET.as_ptr();
+        for b in from..to {
+            for n in 0..STRIPES_PER_BLOCK {
+                let at = b * BLOCK + n * STRIPE;
+                let d = if dst.is_null() {
+                    dst
+                } else {
+                    dst.wrapping_add(at)
+                };
+                // SAFETY: `at + 64 <= to * BLOCK`, in bounds per the caller's contract;
+                // `n * 8 + 64 <= SECRET_LEN`.
+                unsafe { accumulate(acc, src.add(at), d, secret.add(n * 8)) };
+            }
+            scramble(acc);
+        }
+    }
+
+    /// Everything after the whole blocks: tail stripes, the last stripe, the merge.
+    ///
+    /// # Safety
+    /// `dst`, if not null, must be writable for `src.len()` bytes and not overlap `src`.
+    #[target_feature(enable = "avx2")]
+    unsafe fn finish(acc: &mut [__m256i; 2], src: &[u8], dst: *mut u8) -> u64 {
+        let len = src.len();
+        let secret = SECRET.as_ptr();
+        let tail_start = (len - 1) / BLOCK * BLOCK;
+        let tail_stripes = ((len - 1) - tail_start) / STRIPE;
+        for n in 0..tail_stripes {
+            let at = tail_start + n * STRIPE;
+            let d = if dst.is_null() {
+                dst
+            } else {
+                dst.wrapping_add(at)
+            };
+            // SAFETY: `at + 64 <= len - 1`; `n < 16` keeps the secret offset in bounds.
+            unsafe { accumulate(acc, src.as_ptr().add(at), d, secret.add(n * 8)) };
+        }
+        let tail_end = tail_start + tail_stripes * STRIPE;
+        if !dst.is_null() {
+            // SAFETY: `tail_end <= len`; `dst` is valid for `len` bytes and disjoint from `src`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr().add(tail_end),
+                    dst.add(tail_end),
+                    len - tail_end,
+                )
+            };
+        }
+        // SAFETY: `len > 64`, so the last 64 bytes are in bounds; the secret offset
+        // `SECRET_LEN - 71` leaves 64 readable bytes.
+        unsafe {
+            accumulate(
+                acc,
+                src.as_ptr().add(len - STRIPE),
+                std::ptr::null_mut(),
+                secret.add(SECRET_LEN - STRIPE - 7),
+            )
+        };
+        merge(&to_lanes(acc), (len as u64).wrapping_mul(PRIME64_1))
+    }
+
     #[target_feature(enable = "avx2")]
     pub(super) fn hash_long(src: &[u8], dst: Option<&mut [u8]>) -> u64 {
         let len = src.len();
         assert!(len > STRIPE, "long hash needs more than one stripe");
-        let src_ptr = src.as_ptr();
         let dst_ptr = match dst {
             Some(d) => {
                 assert_eq!(
@@ -164,169 +267,159 @@ mod avx2 {
             }
             None => std::ptr::null_mut(),
         };
-        let secret = SECRET.as_ptr();
-        let init = [
-            PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3, PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1,
-        ];
-        let lanes = |i: usize| {
-            _mm256_setr_epi64x(
-                init[i] as i64,
-                init[i + 1] as i64,
-                init[i + 2] as i64,
-                init[i + 3] as i64,
-            )
-        };
-        let mut acc = [lanes(0), lanes(4)];
-        let offset = |p: *mut u8, at: usize| if p.is_null() { p } else { p.wrapping_add(at) };
-        let blocks = (len - 1) / BLOCK;
-        for b in 0..blocks {
-            for n in 0..STRIPES_PER_BLOCK {
-                let at = b * BLOCK + n * STRIPE;
-                // SAFETY: `at + 64 <= blocks * BLOCK <= len`, so 64 bytes are in bounds of
-                // `src` and of `dst` (same length); `n * 8 + 64 <= SECRET_LEN`; AVX2 is enabled.
-                unsafe {
-                    accumulate(
-                        &mut acc,
-                        src_ptr.add(at),
-                        offset(dst_ptr, at),
-                        secret.add(n * 8),
-                    )
-                };
-            }
-            scramble(&mut acc);
-        }
-        let tail_start = blocks * BLOCK;
-        let tail_stripes = ((len - 1) - tail_start) / STRIPE;
-        for n in 0..tail_stripes {
-            let at = tail_start + n * STRIPE;
-            // SAFETY: `at + 64 <= len - 1`; `n < 16` so the secret offset stays in bounds.
-            unsafe {
-                accumulate(
-                    &mut acc,
-                    src_ptr.add(at),
-                    offset(dst_ptr, at),
-                    secret.add(n * 8),
-                )
-            };
-        }
-        let tail_end = tail_start + tail_stripes * STRIPE;
-        if !dst_ptr.is_null() {
-            // SAFETY: `tail_end <= len` and `dst_ptr` is valid for `len` bytes and does not
-            // overlap `src` (distinct `&mut` and `&` borrows).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    src_ptr.add(tail_end),
-                    dst_ptr.add(tail_end),
-                    len - tail_end,
-                )
-            };
-        }
-        // SAFETY: `len > 64`, so the last 64 bytes are in bounds; the secret offset
-        // `SECRET_LEN - 71` leaves 64 readable bytes.
+        let mut acc = to_regs(&init_lanes());
+        // SAFETY: `(len - 1) / BLOCK` whole blocks lie within `src` and `dst` (same length,
+        // distinct borrows); AVX2 is enabled in this function.
         unsafe {
-            accumulate(
-                &mut acc,
-                src_ptr.add(len - STRIPE),
-                std::ptr::null_mut(),
-                secret.add(SECRET_LEN - STRIPE - 7),
-            )
-        };
-        let mut out = [0u64; 8];
-        for (j, a) in acc.iter().enumerate() {
-            let mut lanes = [0i64; 4];
-            // SAFETY: `lanes` is 32 writable bytes; `storeu` accepts any alignment.
-            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *a) };
-            for i in 0..4 {
-                out[4 * j + i] = lanes[i] as u64;
-            }
+            blocks(&mut acc, src.as_ptr(), dst_ptr, 0, (len - 1) / BLOCK);
+            finish(&mut acc, src, dst_ptr)
         }
-        merge(&out, (len as u64).wrapping_mul(PRIME64_1))
+    }
+
+    /// Incremental form: fold the whole blocks of `done` that are not the input's last.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn advance(
+        lanes: &mut [u64; 8],
+        done: &[u8],
+        total_len: usize,
+        from: usize,
+    ) -> usize {
+        let to = (done.len() / BLOCK).min((total_len - 1) / BLOCK);
+        if to > from {
+            let mut acc = to_regs(lanes);
+            // SAFETY: `to * BLOCK <= done.len()`; no copy; AVX2 is enabled here.
+            unsafe { blocks(&mut acc, done.as_ptr(), std::ptr::null_mut(), from, to) };
+            *lanes = to_lanes(&acc);
+        }
+        to.max(from)
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn complete(lanes: &[u64; 8], src: &[u8], from: usize) -> u64 {
+        let mut acc = to_regs(lanes);
+        // SAFETY: blocks up to `(len - 1) / BLOCK` lie within `src`; `finish` gets no copy.
+        unsafe {
+            blocks(
+                &mut acc,
+                src.as_ptr(),
+                std::ptr::null_mut(),
+                from,
+                (src.len() - 1) / BLOCK,
+            );
+            finish(&mut acc, src, std::ptr::null_mut())
+        }
+    }
+
+    pub(super) fn initial() -> [u64; 8] {
+        init_lanes()
     }
 }
 
-fn long_baseline(src: &[u8], dst: Option<&mut [u8]>) -> u64 {
-    hash_long(src, dst)
+/// xxh3-64 computed while a buffer fills front to back (file reads), so each part is hashed
+/// while still in cache. Call [`Self::advance`] with the filled prefix, then [`Self::finish`]
+/// with the whole input.
+pub(crate) struct IncrementalXxh3 {
+    len: usize,
+    state: Incremental,
 }
 
-#[inline(always)]
+enum Incremental {
+    Short,
+    Avx2 { lanes: [u64; 8], blocks_done: usize },
+    Library(Box<xxhash_rust::xxh3::Xxh3Default>, usize),
+}
+
+impl IncrementalXxh3 {
+    pub fn new(len: usize) -> Self {
+        let state = if len <= MIDSIZE_MAX {
+            Incremental::Short
+        } else if cfg!(target_arch = "x86_64") && has_avx2() {
+            Incremental::Avx2 {
+                lanes: avx2_initial(),
+                blocks_done: 0,
+            }
+        } else {
+            Incremental::Library(Box::default(), 0)
+        };
+        Self { len, state }
+    }
+
+    /// `filled`: the first bytes of the input, as far as they are known.
+    pub fn advance(&mut self, filled: &[u8]) {
+        match &mut self.state {
+            Incremental::Short => {}
+            Incremental::Avx2 { lanes, blocks_done } => {
+                // SAFETY: the `Avx2` state is only created after `has_avx2` returned true.
+                *blocks_done = unsafe { avx2_advance(lanes, filled, self.len, *blocks_done) };
+            }
+            Incremental::Library(h, fed) => {
+                h.update(&filled[*fed..]);
+                *fed = filled.len();
+            }
+        }
+    }
+
+    /// `all`: the whole input (`len` bytes).
+    pub fn finish(self, all: &[u8]) -> u64 {
+        assert_eq!(all.len(), self.len, "finish needs the whole input");
+        match self.state {
+            Incremental::Short => xxhash_rust::xxh3::xxh3_64(all),
+            // SAFETY: as in `advance`.
+            Incremental::Avx2 { lanes, blocks_done } => unsafe {
+                avx2_complete(&lanes, all, blocks_done)
+            },
+            Incremental::Library(mut h, fed) => {
+                h.update(&all[fed..]);
+                h.digest()
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx2_initial() -> [u64; 8] {
+    avx2::initial()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn avx2_advance(lanes: &mut [u64; 8], filled: &[u8], len: usize, from: usize) -> usize {
+    avx2::advance(lanes, filled, len, from)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn avx2_complete(lanes: &[u64; 8], all: &[u8], from: usize) -> u64 {
+    avx2::complete(lanes, all, from)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx2_initial() -> [u64; 8] {
+    [0; 8]
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn avx2_advance(_: &mut [u64; 8], _: &[u8], _: usize, from: usize) -> usize {
+    from
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn avx2_complete(_: &[u64; 8], all: &[u8], _: usize) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(all)
+}
+
+/// Without AVX2 the library's compile-time SIMD path is as fast as a portable loop would be.
+fn long_baseline(src: &[u8], dst: Option<&mut [u8]>) -> u64 {
+    if let Some(d) = dst {
+        d.copy_from_slice(src);
+    }
+    xxhash_rust::xxh3::xxh3_64(src)
+}
+
 fn read64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
 }
 
-#[inline(always)]
-fn accumulate_stripe(acc: &mut [u64; 8], stripe: &[u8; STRIPE], secret: &[u8]) {
-    let mut data = [0u64; 8];
-    let mut key = [0u64; 8];
-    for i in 0..8 {
-        data[i] = u64::from_le_bytes(stripe[8 * i..8 * i + 8].try_into().unwrap());
-        key[i] = data[i] ^ read64(secret, 8 * i);
-    }
-    for i in 0..8 {
-        acc[i ^ 1] = acc[i ^ 1].wrapping_add(data[i]);
-        acc[i] = acc[i].wrapping_add((key[i] & 0xFFFF_FFFF).wrapping_mul(key[i] >> 32));
-    }
-}
-
-#[inline(always)]
-fn scramble(acc: &mut [u64; 8], secret: &[u8]) {
-    for (i, a) in acc.iter_mut().enumerate() {
-        let mut v = *a;
-        v ^= v >> 47;
-        v ^= read64(secret, 8 * i);
-        *a = v.wrapping_mul(PRIME32_1);
-    }
-}
-
-/// Hashes the stripes of `src` (optionally copying each to `dst` first).
-#[inline(always)]
-fn stripes(acc: &mut [u64; 8], src: &[u8], dst: Option<&mut [u8]>, secret_step: bool) {
-    let mut dst = dst;
-    for (n, chunk) in src.chunks_exact(STRIPE).enumerate() {
-        let stripe: &[u8; STRIPE] = chunk.try_into().unwrap();
-        if let Some(d) = dst.as_deref_mut() {
-            d[n * STRIPE..(n + 1) * STRIPE].copy_from_slice(stripe);
-        }
-        let s = if secret_step { n * 8 } else { 0 };
-        accumulate_stripe(acc, stripe, &SECRET[s..s + STRIPE]);
-    }
-}
-
-#[inline(always)]
-fn hash_long(src: &[u8], mut dst: Option<&mut [u8]>) -> u64 {
-    let len = src.len();
-    let mut acc = [
-        PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3, PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1,
-    ];
-    let blocks = (len - 1) / BLOCK;
-    for b in 0..blocks {
-        let range = b * BLOCK..(b + 1) * BLOCK;
-        stripes(
-            &mut acc,
-            &src[range.clone()],
-            dst.as_deref_mut().map(|d| &mut d[range]),
-            true,
-        );
-        scramble(&mut acc, &SECRET[SECRET_LEN - STRIPE..]);
-    }
-    let tail_start = blocks * BLOCK;
-    let tail_stripes = ((len - 1) - tail_start) / STRIPE;
-    let tail_end = tail_start + tail_stripes * STRIPE;
-    let range = tail_start..tail_end;
-    stripes(
-        &mut acc,
-        &src[range.clone()],
-        dst.as_deref_mut().map(|d| &mut d[range]),
-        true,
-    );
-    if let Some(d) = dst {
-        d[tail_end..].copy_from_slice(&src[tail_end..]);
-    }
-    let last: &[u8; STRIPE] = src[len - STRIPE..].try_into().unwrap();
-    accumulate_stripe(&mut acc, last, &SECRET[SECRET_LEN - STRIPE - 7..]);
-    merge(&acc, (len as u64).wrapping_mul(PRIME64_1))
-}
-
-#[inline(always)]
 fn merge(acc: &[u64; 8], start: u64) -> u64 {
     let mut result = start;
     for i in 0..4 {
@@ -373,22 +466,25 @@ mod tests {
             let src = bytes(len, 7);
             let want = xxhash_rust::xxh3::xxh3_64(&src);
             assert_eq!(xxh3(&src), want, "len {len}");
-            assert_eq!(long_or_lib_baseline(&src), want, "baseline len {len}");
             let mut dst = vec![0; len];
             assert_eq!(copy_and_xxh3(&mut dst, &src), want, "copy len {len}");
             assert_eq!(dst, src);
         }
     }
 
-    fn long_or_lib_baseline(src: &[u8]) -> u64 {
-        if src.len() <= MIDSIZE_MAX {
-            xxhash_rust::xxh3::xxh3_64(src)
-        } else {
-            long_baseline(src, None)
-        }
-    }
-
     proptest! {
+        #[test]
+        fn incremental_matches_reference(len in 0usize..12_000, step in 1usize..5000, seed in any::<u8>()) {
+            let src = bytes(len, seed);
+            let mut h = IncrementalXxh3::new(len);
+            let mut filled = 0;
+            while filled < len {
+                filled = (filled + step).min(len);
+                h.advance(&src[..filled]);
+            }
+            prop_assert_eq!(h.finish(&src), xxhash_rust::xxh3::xxh3_64(&src));
+        }
+
         #[test]
         fn matches_reference(len in 0usize..20_000, seed in any::<u8>()) {
             let src = bytes(len, seed);

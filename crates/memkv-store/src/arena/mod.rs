@@ -16,7 +16,7 @@ use std::sync::Arc;
 use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::allocator::{AllocStats, Allocation, Allocator};
-pub(crate) use checksum::{copy_and_xxh3, xxh3};
+pub(crate) use checksum::{IncrementalXxh3, copy_and_xxh3, xxh3};
 
 /// What memory backs the arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use xxhash_rust::xxh3::Xxh3Default;
 
+use crate::arena::IncrementalXxh3;
+
 use crate::config::DriveConfig;
 use crate::error::{Result, StoreError};
 use crate::index::Index;
@@ -282,8 +284,20 @@ impl Layout<'_> {
     }
 
     /// Reads a value into `buf` (exactly `len` bytes long) and returns its xxh3-64.
+    /// Reads in pieces of at most 256 KiB and hashes each while it is still in cache.
     fn read_hashed(&self, ids: &[u64], len: u64, buf: &mut [u8]) -> std::io::Result<u64> {
-        self.for_each_piece(ids, 0, len, |io, at, r| io.read_at(at, &mut buf[r]))?;
-        Ok(crate::arena::xxh3(buf))
+        const PIECE: usize = 256 << 10;
+        let mut hasher = IncrementalXxh3::new(buf.len());
+        self.for_each_piece(ids, 0, len, |io, at, r| {
+            let mut done = r.start;
+            while done < r.end {
+                let n = (r.end - done).min(PIECE);
+                io.read_at(at + (done - r.start) as u64, &mut buf[done..done + n])?;
+                done += n;
+                hasher.advance(&buf[..done]);
+            }
+            Ok(())
+        })?;
+        Ok(hasher.finish(buf))
     }
 }
