@@ -7,18 +7,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use rdma_mummy_sys::{ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc, ibv_wr_opcode};
+use rdma_mummy_sys::{ibv_wc, ibv_wr_opcode};
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel};
 use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair, QueuePairAttribute, QueuePairState};
 
 use crate::device::RdmaDevice;
 use crate::error::RdmaError;
 use crate::gate::PeerWindow;
-use crate::metrics_names::{OP_LABEL, STATUS_LABEL, WC_ERRORS_TOTAL, WR_TOTAL};
+use crate::metrics_names::{STATUS_LABEL, WC_ERRORS_TOTAL};
 use crate::qp::QpOptions;
 use crate::slot::Slot;
 use crate::status::WcStatus;
-use crate::transfer::Chunk;
 
 /// How long after a timeout the completion thread waits for the NIC to flush a request before
 /// it gives up on the NIC and ends the operation anyway.
@@ -38,14 +37,14 @@ impl Op {
         }
     }
 
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Op::Write => "write",
             Op::Read => "read",
         }
     }
 
-    fn opcode(self) -> u32 {
+    pub(crate) fn opcode(self) -> u32 {
         match self {
             Op::Write => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
             Op::Read => ibv_wr_opcode::IBV_WR_RDMA_READ,
@@ -53,11 +52,11 @@ impl Op {
     }
 }
 
-struct InFlight {
-    slot: Arc<Slot>,
-    op: Op,
-    posted_at: Instant,
-    timed_out: bool,
+pub(crate) struct InFlight {
+    pub slot: Arc<Slot>,
+    pub op: Op,
+    pub posted_at: Instant,
+    pub timed_out: bool,
 }
 
 pub(crate) struct Connection {
@@ -75,8 +74,8 @@ pub(crate) struct QpCore {
     pub options: QpOptions,
     pub connection: OnceLock<Connection>,
     in_flight: Mutex<HashMap<u64, InFlight>>,
-    next_wr_id: AtomicU64,
-    doorbells: AtomicU64,
+    pub(crate) next_wr_id: AtomicU64,
+    pub(crate) doorbells: AtomicU64,
     broken: Mutex<Option<String>>,
     is_broken: AtomicBool,
     pub shutdown: AtomicBool,
@@ -127,7 +126,7 @@ impl QpCore {
         self.qp.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn lock_in_flight(&self) -> MutexGuard<'_, HashMap<u64, InFlight>> {
+    pub(crate) fn lock_in_flight(&self) -> MutexGuard<'_, HashMap<u64, InFlight>> {
         self.in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -191,120 +190,6 @@ impl QpCore {
                 "moving the queue pair to the error state: {e}"
             );
         }
-    }
-
-    /// Posts `chunks` as one chain of signaled work requests (one doorbell). On failure returns
-    /// how many were posted before the one the provider refused.
-    pub fn post(
-        &self,
-        op: Op,
-        chunks: &[Chunk],
-        slot: &Arc<Slot>,
-    ) -> Result<(), (usize, RdmaError)> {
-        let n = chunks.len();
-        if n == 0 {
-            return Ok(());
-        }
-        let first_id = self.next_wr_id.fetch_add(n as u64, Ordering::Relaxed);
-        let now = Instant::now();
-        slot.expect(n);
-        let was_idle = {
-            let mut in_flight = self.lock_in_flight();
-            let was_idle = in_flight.is_empty();
-            for i in 0..n {
-                in_flight.insert(
-                    first_id + i as u64,
-                    InFlight {
-                        slot: slot.clone(),
-                        op,
-                        posted_at: now,
-                        timed_out: false,
-                    },
-                );
-            }
-            was_idle
-        };
-        if was_idle {
-            // The completion thread may be asleep without a deadline to wake for; a peer that
-            // never answers would otherwise leave it (and the operation) asleep for good.
-            self.wake_thread();
-        }
-        let mut sges: Vec<ibv_sge> = chunks
-            .iter()
-            .map(|c| ibv_sge {
-                addr: c.local_addr,
-                length: c.len,
-                lkey: c.lkey,
-            })
-            .collect();
-        let mut wrs: Vec<ibv_send_wr> = (0..n)
-            .map(|i| {
-                // SAFETY: ibv_send_wr is plain C data (integers, pointers, unions of those);
-                // all-zero is a valid value of it.
-                let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-                wr.wr_id = first_id + i as u64;
-                wr.num_sge = 1;
-                wr.opcode = op.opcode();
-                wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-                wr.wr.rdma.remote_addr = chunks[i].remote_addr;
-                wr.wr.rdma.rkey = chunks[i].rkey;
-                wr
-            })
-            .collect();
-        let sge_base = sges.as_mut_ptr();
-        let wr_base = wrs.as_mut_ptr();
-        for i in 0..n {
-            // SAFETY: `i` and `i + 1` index inside `sges` / `wrs`, which are not resized
-            // while these pointers are used.
-            unsafe {
-                (*wr_base.add(i)).sg_list = sge_base.add(i);
-                (*wr_base.add(i)).next = if i + 1 < n {
-                    wr_base.add(i + 1)
-                } else {
-                    std::ptr::null_mut()
-                };
-            }
-        }
-        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
-        let rc = {
-            let qp = self.lock_qp();
-            // SAFETY: the queue pair is alive (we hold it); the chain and its scatter/gather
-            // entries live until the call returns (the provider copies them into the send
-            // queue); each entry names memory the caller's `LocalMemory` promises is
-            // registered under its lkey and stays valid until the completion, which the
-            // operation awaits (or, if dropped, breaks the pair and waits for).
-            unsafe { rdma_mummy_sys::ibv_post_send(qp.qp().as_ptr(), wr_base, &mut bad) }
-        };
-        if rc == 0 {
-            self.doorbells.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!(WR_TOTAL, OP_LABEL => op.label()).increment(n as u64);
-            return Ok(());
-        }
-        let posted = if bad.is_null() {
-            0
-        } else {
-            // SAFETY: the provider sets `bad` to an element of the chain we passed.
-            (unsafe { bad.offset_from(wr_base) }).clamp(0, n as isize) as usize
-        };
-        {
-            let mut in_flight = self.lock_in_flight();
-            for i in posted..n {
-                in_flight.remove(&(first_id + i as u64));
-            }
-        }
-        slot.forget(n - posted);
-        if posted > 0 {
-            metrics::counter!(WR_TOTAL, OP_LABEL => op.label()).increment(posted as u64);
-        }
-        let errno = if rc > 0 {
-            rc
-        } else {
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-        };
-        Err((
-            posted,
-            RdmaError::verbs_errno("ibv_post_send", self.device.name(), errno),
-        ))
     }
 
     /// Applies one work completion: settles its operation, feeds the window, counts errors.

@@ -10,7 +10,8 @@
 //!   thread per queue pair settles operations; a per-peer congestion window ([`window`])
 //!   bounds the work requests in flight.
 //!
-//! `unsafe` lives in the verbs and memory layers (`core`, `completion`, `memory`, `staging`).
+//! `unsafe` lives in the verbs and memory layers (`core`, `post`, `completion`, `memory`,
+//! `staging`, `device`).
 
 pub mod block;
 mod completion;
@@ -21,6 +22,8 @@ pub mod error;
 pub mod gate;
 pub mod memory;
 pub mod metrics_names;
+mod ops;
+mod post;
 pub mod qp;
 mod slot;
 pub mod staging;
