@@ -153,3 +153,55 @@ async fn a_value_that_does_not_match_its_checksum_is_refused() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn a_value_too_large_for_a_batch_answer_is_fetched_on_its_own() {
+    use memkv_proto::{Opcode, batch, checksum};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut s, mut session) = accept_session(&listener).await;
+        // The batch: keys a, big, c. `big` did not fit in the answer.
+        let (raw, h, body) = read_raw(&mut s, &Limits::DEFAULT).await;
+        session.opener.verify(&raw, &[], &body, true).unwrap();
+        assert_eq!(h.opcode, Opcode::BatchGet);
+        let keys = batch::decode_keys(&body, &Limits::DEFAULT).unwrap();
+        assert_eq!(keys, vec![&b"a"[..], b"big", b"c"]);
+        let items = [
+            batch::GetItem {
+                status: Status::Ok,
+                value: b"A",
+                checksum: checksum::of(b"A"),
+            },
+            batch::GetItem {
+                status: Status::TooLarge,
+                value: b"",
+                checksum: checksum::of(b""),
+            },
+            batch::GetItem {
+                status: Status::NotFound,
+                value: b"",
+                checksum: checksum::of(b""),
+            },
+        ];
+        let answer = batch::encode_get_response(&items);
+        let frame = session
+            .sealer
+            .frame(Header::response(&h, Status::Ok), &[], &answer);
+        s.write_all(&frame).await.unwrap();
+        // Then the single get of `big`.
+        let (h, key) = read_request(&mut s, &mut session).await;
+        assert_eq!((h.opcode, key.as_slice()), (Opcode::TcpGet, &b"big"[..]));
+        let frame = session
+            .sealer
+            .frame(Header::response(&h, Status::Ok), &[], b"BIG VALUE");
+        s.write_all(&frame).await.unwrap();
+        s
+    });
+    let c = client_for(addr).await;
+    let got = c.get_batch(&[&b"a"[..], b"big", b"c"]).await;
+    assert_eq!(got[0].as_ref().unwrap().as_deref(), Some(&b"A"[..]));
+    assert_eq!(got[1].as_ref().unwrap().as_deref(), Some(&b"BIG VALUE"[..]));
+    assert_eq!(got[2].as_ref().unwrap(), &None);
+    drop(server.await.unwrap());
+}
