@@ -226,3 +226,86 @@ fn file_mode_refuses_newer_format_and_wrong_geometry() {
         other => panic!("expected UnsupportedVersion, got {:?}", other.err()),
     }
 }
+
+#[test]
+fn pins_expire_and_stop_blocking_eviction() {
+    let mut cfg = StoreConfig::memory(4 << 20);
+    cfg.pin_lease = Duration::from_millis(20);
+    let store = Store::open(cfg).unwrap();
+    store.put(b"a", &vec![1; 2 << 20]).unwrap();
+    store.put(b"b", &vec![2; 2 << 20]).unwrap();
+    // The requested lease is capped at the configured 20 ms.
+    let pa = store
+        .lookup(b"a", Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    let pb = store
+        .lookup(b"b", Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    assert_ne!(pa.arena_offset, pb.arena_offset);
+    assert_eq!(pa.checksum, checksum(&vec![1; 2 << 20]));
+    assert_eq!(store.stats().active_pins, 2);
+    // Both values pinned: no room, nothing evictable (after a short grace period).
+    assert!(matches!(
+        store.put(b"c", &[3; 2 << 20]),
+        Err(StoreError::Full(_))
+    ));
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(store.reap_expired(), 2);
+    assert!(!store.release(pa.pin_id), "expired pin still releasable");
+    store.put(b"c", &[3; 2 << 20]).unwrap();
+    assert_eq!(store.stats().evictions, 1);
+    assert!(
+        store
+            .lookup(b"missing", Duration::from_secs(1))
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[test]
+fn batches_and_mode_specific_calls() {
+    let dir = TempDir::new("batch");
+    for (mode, store) in both_modes(&dir) {
+        let items: Vec<(&[u8], &[u8])> = vec![(b"x", b"1"), (b"y", b"22"), (&[0; 2000], b"bad")];
+        let put = store.put_batch(&items);
+        assert!(put[0].is_ok() && put[1].is_ok(), "{mode}");
+        assert!(matches!(
+            put[2],
+            Err(StoreError::TooLarge { what: "key", .. })
+        ));
+        let got = store.get_batch(&[b"x", b"y", b"z"]);
+        assert_eq!(&**got[0].as_ref().unwrap().as_ref().unwrap(), b"1");
+        assert_eq!(&**got[1].as_ref().unwrap().as_ref().unwrap(), b"22");
+        assert!(got[2].as_ref().unwrap().is_none());
+        let del = store.delete_batch(&[b"x", b"z"]);
+        assert!(*del[0].as_ref().unwrap() && !*del[1].as_ref().unwrap());
+        assert_eq!(store.exists_batch(&[b"x", b"y"]), vec![false, true]);
+        if mode == "file" {
+            assert!(store.arena().is_none());
+            assert!(matches!(
+                store.lookup(b"y", Duration::from_secs(1)),
+                Err(StoreError::BadRequest(_))
+            ));
+            let mut r = store.allocate(b"r", 4).unwrap();
+            assert!(r.as_mut_slice().is_none() && r.arena_offset().is_none());
+            assert!(
+                r.write_at(2, b"abc").is_err(),
+                "write past the reservation accepted"
+            );
+        } else {
+            let mut r = store.allocate(b"r", 4).unwrap();
+            assert!(r.arena_offset().is_some());
+            r.as_mut_slice().unwrap().copy_from_slice(b"abcd");
+            store.commit(r, checksum(b"abcd")).unwrap();
+            let v = store.get(b"r").unwrap().unwrap();
+            assert!(v.arena_offset().is_some());
+        }
+        store.close().unwrap();
+        assert!(matches!(
+            store.put(b"after", b"close"),
+            Err(StoreError::BadRequest(_))
+        ));
+    }
+}
