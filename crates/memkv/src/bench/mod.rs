@@ -241,6 +241,7 @@ async fn sweep(
             size,
             outcome: outcome.map_err(failed)?,
         };
+        workload::clear(client, &plan).await.map_err(failed)?;
         if !args.json {
             println!("{}", report::table_row(setup.op, &row));
         }

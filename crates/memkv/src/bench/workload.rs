@@ -117,6 +117,17 @@ pub async fn populate(client: &Client, plan: &Plan) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Deletes the key space (untimed), so the next block size starts with the server's memory
+/// free instead of evicting this size's values while it stores its own.
+pub async fn clear(client: &Client, plan: &Plan) -> Result<(), Failure> {
+    for chunk in plan.keys.chunks(1000) {
+        for result in client.delete_batch(chunk).await {
+            result?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs `plan`, adding each finished item to `done` (for the progress display).
 pub async fn run(client: &Client, plan: &Plan, done: Arc<AtomicU64>) -> Result<Outcome, Failure> {
     let claimed = Arc::new(AtomicU64::new(0));
