@@ -388,3 +388,43 @@ async fn a_silent_peer_times_out_and_exhausted_retries_halve_the_window() {
     report(&format!("congestion window {before} -> {after}"));
     assert_eq!(after, (before / 2).max(1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_operation_in_flight_breaks_the_pair_and_waits_for_the_flush() {
+    let Some(vm) =
+        two_devices("dropping_an_operation_in_flight_breaks_the_pair_and_waits_for_the_flush")
+    else {
+        return;
+    };
+    let p = pair::connect(
+        &vm,
+        &vm.devices[0],
+        &vm.devices[1],
+        16 * MIB,
+        QpOptions::default(),
+    );
+    let mut local = RegisteredBuffer::new(&p.client_device, 16 * MIB).unwrap();
+    // 16 MiB of READ takes hundreds of milliseconds under TCG; give up after 20.
+    let r = tokio::time::timeout(
+        Duration::from_millis(20),
+        p.client
+            .read(&mut local, 0, 16 * MIB, p.arena.addr(), p.arena.rkey()),
+    )
+    .await;
+    assert!(r.is_err(), "the READ finished in 20 ms: {r:?}");
+    // The dropped future broke the pair and waited: nothing of it is left in flight, so the
+    // buffer is ours again.
+    assert!(p.client.is_broken());
+    assert_eq!(p.client.in_flight(), 0);
+    local.as_mut_slice().fill(7);
+    let after = p
+        .client
+        .read(&mut local, 0, 4096, p.arena.addr(), p.arena.rkey())
+        .await;
+    match after {
+        Err(RdmaError::QueuePairBroken { reason, .. }) => {
+            assert!(reason.contains("dropped"), "{reason}")
+        }
+        other => panic!("expected QueuePairBroken, got {other:?}"),
+    }
+}
