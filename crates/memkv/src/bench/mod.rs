@@ -68,6 +68,10 @@ pub struct BenchArgs {
     /// How long each block size runs, e.g. 500ms, 10s, 2m [default: 5s].
     #[arg(long, value_name = "TIME", value_parser = units::parse_duration, conflicts_with = "count")]
     pub duration: Option<Duration>,
+    /// Run each block size's workload this long first, untimed (a fresh server's memory is
+    /// touched for the first time then; steady state is what the timed run should see).
+    #[arg(long, value_name = "TIME", value_parser = units::parse_duration)]
+    pub warmup: Option<Duration>,
     /// Run each block size for this many items instead of a duration.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
@@ -82,7 +86,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub local: bool,
     /// Measure memcpy bandwidth at each size instead (no server).
-    #[arg(long, conflicts_with_all = ["local", "op", "threads", "batch", "count", "keys"])]
+    #[arg(long, conflicts_with_all = ["local", "op", "threads", "batch", "count", "keys", "warmup"])]
     pub memcpy: bool,
 }
 
@@ -194,6 +198,7 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
             Stop::After(d) => format!("{d:?}"),
             Stop::Count(n) => format!("{n} ops"),
         },
+        warmup: args.warmup,
     };
     if !args.json {
         println!("{}", report::heading(&setup));
@@ -233,6 +238,16 @@ async fn sweep(
             let spinner = progress::populating(&label, plan.keys.len());
             workload::populate(client, &plan).await.map_err(failed)?;
             spinner.finish_and_clear();
+        }
+        if let Some(warmup) = args.warmup {
+            let warm = progress::Display::start(&format!("{label} warm-up"), Stop::After(warmup));
+            let warming = Plan {
+                stop: Stop::After(warmup),
+                ..plan.clone()
+            };
+            let outcome = workload::run(client, &warming, warm.counter()).await;
+            warm.finish().await;
+            outcome.map_err(failed)?;
         }
         let display = progress::Display::start(&label, stop);
         let outcome = workload::run(client, &plan, display.counter()).await;

@@ -38,6 +38,7 @@ pub struct Setup<'a> {
     pub connections: usize,
     pub batch: usize,
     pub stop: String,
+    pub warmup: Option<std::time::Duration>,
 }
 
 pub fn heading(s: &Setup<'_>) -> String {
@@ -123,6 +124,7 @@ pub fn json(s: &Setup<'_>, rows: &[Row]) -> Value {
         "connections": s.connections,
         "batch": s.batch,
         "stop": s.stop,
+        "warmup_seconds": s.warmup.map(|w| w.as_secs_f64()),
         "latency_per": if s.batch > 1 { "batch" } else { "op" },
         "results": results,
     })

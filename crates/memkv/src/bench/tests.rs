@@ -20,6 +20,7 @@ fn defaults() {
     assert_eq!((a.threads, a.batch, a.connections), (4, 1, None));
     assert!(matches!(a.stop(), Stop::After(d) if d == Duration::from_secs(5)));
     assert!(!a.json && !a.local && !a.memcpy);
+    assert_eq!(a.warmup, None);
 }
 
 #[test]
@@ -53,8 +54,9 @@ fn every_option_parses() {
     assert!(matches!(a.stop(), Stop::Count(5000)));
     assert_eq!(a.keys_for(4096), 2000);
     assert!(a.json && a.local);
-    let d = parse(&["--duration", "250ms", "--op", "mixed"]).unwrap();
+    let d = parse(&["--duration", "250ms", "--op", "mixed", "--warmup", "1s"]).unwrap();
     assert!(matches!(d.stop(), Stop::After(t) if t == Duration::from_millis(250)));
+    assert_eq!(d.warmup, Some(Duration::from_secs(1)));
 }
 
 #[test]
