@@ -1,7 +1,6 @@
 //! The state of one queue pair shared by its handle, its operations and its completion
 //! thread: the verbs objects, the work requests in flight, and whether the pair is broken.
 
-use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -14,9 +13,9 @@ use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair, QueuePairAttribute
 use crate::device::RdmaDevice;
 use crate::error::RdmaError;
 use crate::gate::PeerWindow;
+use crate::inflight::{InFlightTable, outcome, timeout_error};
 use crate::metrics_names::{STATUS_LABEL, WC_ERRORS_TOTAL};
 use crate::qp::QpOptions;
-use crate::slot::Slot;
 use crate::status::WcStatus;
 
 /// How long after a timeout the completion thread waits for the NIC to flush a request before
@@ -52,13 +51,6 @@ impl Op {
     }
 }
 
-pub(crate) struct InFlight {
-    pub slot: Arc<Slot>,
-    pub op: Op,
-    pub posted_at: Instant,
-    pub timed_out: bool,
-}
-
 pub(crate) struct Connection {
     pub window: Arc<PeerWindow>,
 }
@@ -73,7 +65,7 @@ pub(crate) struct QpCore {
     pub psn: u32,
     pub options: QpOptions,
     pub connection: OnceLock<Connection>,
-    in_flight: Mutex<HashMap<u64, InFlight>>,
+    in_flight: Mutex<InFlightTable>,
     pub(crate) next_wr_id: AtomicU64,
     pub(crate) doorbells: AtomicU64,
     broken: Mutex<Option<String>>,
@@ -112,7 +104,7 @@ impl QpCore {
             psn,
             options,
             connection: OnceLock::new(),
-            in_flight: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(InFlightTable::default()),
             next_wr_id: AtomicU64::new(1),
             doorbells: AtomicU64::new(0),
             broken: Mutex::new(None),
@@ -126,7 +118,7 @@ impl QpCore {
         self.qp.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn lock_in_flight(&self) -> MutexGuard<'_, HashMap<u64, InFlight>> {
+    pub(crate) fn lock_in_flight(&self) -> MutexGuard<'_, InFlightTable> {
         self.in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -194,7 +186,7 @@ impl QpCore {
 
     /// Applies one work completion: settles its operation, feeds the window, counts errors.
     pub fn on_completion(&self, wc: &ibv_wc) {
-        let Some(entry) = self.lock_in_flight().remove(&wc.wr_id) else {
+        let Some(entry) = self.lock_in_flight().take(wc.wr_id) else {
             tracing::warn!(
                 qp_num = self.qp_num,
                 wr_id = wc.wr_id,
@@ -206,87 +198,52 @@ impl QpCore {
         if let Some(conn) = self.connection.get() {
             conn.window.complete(status);
         }
-        if status.is_success() {
-            entry.slot.settle_one(Ok(()));
-            return;
-        }
-        metrics::counter!(WC_ERRORS_TOTAL, STATUS_LABEL => status.metric_label()).increment(1);
-        let error = if entry.timed_out {
-            self.timeout_error(entry.op)
-        } else {
-            RdmaError::QueuePairError {
-                qp_num: self.qp_num,
-                op: entry.op.name(),
-                status,
-                vendor_err: wc.vendor_err,
+        let result = outcome(
+            &entry,
+            status,
+            wc.vendor_err,
+            self.qp_num,
+            self.options.op_deadline,
+        );
+        if !status.is_success() {
+            metrics::counter!(WC_ERRORS_TOTAL, STATUS_LABEL => status.metric_label()).increment(1);
+            if status != WcStatus::WR_FLUSH_ERR {
+                self.break_pair(&format!("{} completed with {status}", entry.op.name()));
+            } else if !self.is_broken() {
+                self.break_pair("work requests were flushed");
             }
-        };
-        if status != WcStatus::WR_FLUSH_ERR {
-            self.break_pair(&format!("{} completed with {status}", entry.op.name()));
-        } else if !self.is_broken() {
-            self.break_pair("work requests were flushed");
         }
-        entry.slot.settle_one(Err(error));
-    }
-
-    fn timeout_error(&self, op: Op) -> RdmaError {
-        RdmaError::Timeout {
-            qp_num: self.qp_num,
-            op: op.name(),
-            deadline_ms: self.options.op_deadline.as_millis() as u64,
-        }
+        entry.slot.settle_one(result);
     }
 
     /// Breaks the pair when a request outlives its deadline, and ends requests the NIC has not
     /// flushed `FLUSH_GRACE` later. Returns when the next deadline falls, if any.
     pub fn check_deadlines(&self, now: Instant) -> Option<Instant> {
         let deadline = self.options.op_deadline;
-        let mut newly_late = None;
-        let mut abandoned = Vec::new();
-        let mut next: Option<Instant> = None;
-        {
-            let mut in_flight = self.lock_in_flight();
-            for (id, entry) in in_flight.iter_mut() {
-                let due = entry.posted_at + deadline;
-                if !entry.timed_out && now >= due {
-                    entry.timed_out = true;
-                    newly_late = Some(entry.op);
-                }
-                let when = if entry.timed_out {
-                    due + FLUSH_GRACE
-                } else {
-                    due
-                };
-                if entry.timed_out && now >= when {
-                    abandoned.push(*id);
-                } else {
-                    next = Some(next.map_or(when, |n| n.min(when)));
-                }
-            }
-            for id in &abandoned {
-                if let Some(entry) = in_flight.remove(id) {
-                    if let Some(conn) = self.connection.get() {
-                        conn.window.complete(WcStatus::WR_FLUSH_ERR);
-                    }
-                    entry.slot.settle_one(Err(self.timeout_error(entry.op)));
-                }
-            }
-        }
-        if let Some(op) = newly_late {
+        let expiry = self.lock_in_flight().expire(now, deadline, FLUSH_GRACE);
+        if let Some(op) = expiry.newly_late {
             self.break_pair(&format!(
                 "{} got no completion within {} ms",
                 op.name(),
                 deadline.as_millis()
             ));
         }
-        if !abandoned.is_empty() {
+        if !expiry.abandoned.is_empty() {
             tracing::error!(
                 qp_num = self.qp_num,
-                count = abandoned.len(),
+                count = expiry.abandoned.len(),
                 "the NIC flushed no completion for timed-out work requests; ending them anyway"
             );
         }
-        next
+        for entry in expiry.abandoned {
+            if let Some(conn) = self.connection.get() {
+                conn.window.complete(WcStatus::WR_FLUSH_ERR);
+            }
+            entry
+                .slot
+                .settle_one(Err(timeout_error(self.qp_num, entry.op, deadline)));
+        }
+        expiry.next
     }
 
     /// Successful ibv_post_send calls (each rings the doorbell once for a whole chain).

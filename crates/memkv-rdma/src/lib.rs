@@ -20,6 +20,7 @@ pub mod device;
 mod endpoint;
 pub mod error;
 pub mod gate;
+mod inflight;
 pub mod memory;
 pub mod metrics_names;
 mod ops;

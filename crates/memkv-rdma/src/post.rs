@@ -8,7 +8,7 @@ use std::time::Instant;
 use rdma_mummy_sys::{ibv_send_flags, ibv_send_wr, ibv_sge};
 use sideway::ibverbs::queue_pair::QueuePair;
 
-use crate::core::{InFlight, Op, QpCore};
+use crate::core::{Op, QpCore};
 use crate::error::RdmaError;
 use crate::metrics_names::{OP_LABEL, WR_TOTAL};
 use crate::slot::Slot;
@@ -30,22 +30,7 @@ impl QpCore {
         let first_id = self.next_wr_id.fetch_add(n as u64, Ordering::Relaxed);
         let now = Instant::now();
         slot.expect(n);
-        let was_idle = {
-            let mut in_flight = self.lock_in_flight();
-            let was_idle = in_flight.is_empty();
-            for i in 0..n {
-                in_flight.insert(
-                    first_id + i as u64,
-                    InFlight {
-                        slot: slot.clone(),
-                        op,
-                        posted_at: now,
-                        timed_out: false,
-                    },
-                );
-            }
-            was_idle
-        };
+        let was_idle = self.lock_in_flight().insert_run(first_id, n, slot, op, now);
         if was_idle {
             // The completion thread may be asleep without a deadline to wake for; a peer that
             // never answers would otherwise leave it (and the operation) asleep for good.
@@ -108,12 +93,7 @@ impl QpCore {
             // SAFETY: the provider sets `bad` to an element of the chain we passed.
             (unsafe { bad.offset_from(wr_base) }).clamp(0, n as isize) as usize
         };
-        {
-            let mut in_flight = self.lock_in_flight();
-            for i in posted..n {
-                in_flight.remove(&(first_id + i as u64));
-            }
-        }
+        self.lock_in_flight().remove_run(first_id, posted..n);
         slot.forget(n - posted);
         if posted > 0 {
             metrics::counter!(WR_TOTAL, OP_LABEL => op.label()).increment(posted as u64);
