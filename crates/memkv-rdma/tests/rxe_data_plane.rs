@@ -199,12 +199,17 @@ async fn staging_pool_and_concurrent_operations_respect_the_window() {
     assert_eq!(start.in_flight(), 0);
     const BLOCK: usize = 256 * KIB;
     let buffers = StagingPool::new(&p.client_device, BLOCK, 48).unwrap();
+    // All 48 post together once their data is ready, so that the window fills however fast
+    // the wire is.
+    let start_line = Arc::new(tokio::sync::Barrier::new(48));
     let mut tasks = Vec::new();
     for i in 0..48usize {
         let (client, pool, window) = (p.client.clone(), buffers.clone(), window.clone());
+        let start_line = start_line.clone();
         tasks.push(tokio::spawn(async move {
             let mut buf = pool.acquire().await;
             fill_pattern(&mut buf.as_mut_slice()[..BLOCK], 1000 + i as u64);
+            start_line.wait().await;
             let at = addr + 4 * MIB as u64 + (i * BLOCK) as u64;
             client
                 .write(&buf, 0, BLOCK, at, rkey)
