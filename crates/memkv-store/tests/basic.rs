@@ -309,3 +309,12 @@ fn batches_and_mode_specific_calls() {
         ));
     }
 }
+
+#[test]
+fn handles_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Store>();
+    send_sync::<memkv_store::ValueRef>();
+    send::<memkv_store::Reservation>();
+}

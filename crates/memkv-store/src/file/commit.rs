@@ -74,7 +74,15 @@ impl FileBackend {
             q.leader_active = true;
             let batch = take_batch(&mut q.pending);
             drop(q);
-            let outcomes = self.run_batch(batch);
+            let tickets: Vec<u64> = batch.iter().map(|(t, _)| *t).collect();
+            // A panic here must not leave the followers waiting for a leader forever.
+            let outcomes =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_batch(batch)))
+                    .unwrap_or_else(|_| {
+                        self.failed.store(true, Ordering::Release);
+                        let msg = "group commit failed unexpectedly; reopen the store".to_string();
+                        tickets.into_iter().map(|t| (t, Err(msg.clone()))).collect()
+                    });
             q = gc.queue.lock().unwrap_or_else(|p| p.into_inner());
             q.done.extend(outcomes);
             q.leader_active = false;
