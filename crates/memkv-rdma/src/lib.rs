@@ -6,8 +6,8 @@
 //!   (caller buffers), [`StagingPool`] (for data that is not registered).
 //! - [`RcQueuePair`]: created in INIT, advertised with [`RcQueuePair::local_endpoint`] (the
 //!   Connect payload), connected with [`RcQueuePair::connect`], then async one-sided
-//!   [`RcQueuePair::write`] / [`RcQueuePair::read`] and their batched forms. A completion
-//!   thread per queue pair settles operations; a per-peer congestion window ([`window`])
+//!   [`RcQueuePair::write`] / [`RcQueuePair::read`] and their batched forms ([`block_on`]
+//!   runs them from plain threads). A completion thread per queue pair settles operations; a per-peer congestion window ([`window`])
 //!   bounds the work requests in flight.
 //!
 //! `unsafe` lives in the verbs and memory layers (`core`, `post`, `completion`, `memory`,
