@@ -29,6 +29,17 @@ async fn values_from_0_bytes_to_the_maximum_round_trip_bit_exact() {
     );
     let err = c.put(&[b'k'; 1025], b"v").await.unwrap_err();
     assert!(matches!(err, Error::TooLarge { what: "key", .. }), "{err}");
+    let err = c.put(b"", b"v").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Server {
+                status: memkv_client::Status::BadRequest,
+                ..
+            }
+        ),
+        "{err}"
+    );
     server.shutdown().await.unwrap();
 }
 

@@ -19,7 +19,7 @@ async fn a_thousand_connections_do_mixed_work() {
         }
         v
     };
-    let tasks: Vec<tokio::task::JoinHandle<memkv_client::Result<()>>> = clients
+    let tasks: Vec<tokio::task::JoinHandle<memkv_client::Result<Client>>> = clients
         .into_iter()
         .enumerate()
         .map(|(n, c)| {
@@ -39,16 +39,48 @@ async fn a_thousand_connections_do_mixed_work() {
                 for (i, r) in got.into_iter().enumerate() {
                     assert_eq!(r?, i % 2 == 1, "c{n}/k{i}");
                 }
-                memkv_client::Result::Ok(())
+                memkv_client::Result::Ok(c)
             })
         })
         .collect();
+    let mut alive = Vec::new();
     for t in tasks {
-        t.await.unwrap().unwrap();
+        alive.push(t.await.unwrap().unwrap());
     }
+    // The servers saw the connections: at least 1000 open at once.
+    let mut open = 0;
+    for s in &servers {
+        open += open_connections(s.admin_addr()).await;
+    }
+    assert!(open >= 1000, "only {open} connections open");
+    drop(alive);
     for s in servers {
         s.shutdown().await.unwrap();
     }
+}
+
+/// `connections.current` from a server's `GET /v1/status`.
+async fn open_connections(admin: std::net::SocketAddr) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(admin).await.unwrap();
+    s.write_all(b"GET /v1/status HTTP/1.0\r\nHost: test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let body = &text[text.find("\r\n\r\n").unwrap() + 4..];
+    let marker = "\"current\":";
+    let at = body
+        .find(marker)
+        .expect("connections.current in /v1/status")
+        + marker.len();
+    body[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap()
 }
 
 #[tokio::test]
