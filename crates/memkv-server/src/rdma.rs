@@ -1,14 +1,29 @@
 //! The server's RDMA fabric at start-up: which device and port it would serve RDMA on, or why
 //! not. A refusal never stops the server: it logs the reason and serves every client over TCP.
 
+use std::sync::Arc;
+
 use memkv_fabric::{Fabric, FabricConfig, PortPlan, config::parse_mtu};
+use memkv_rdma::{MemoryRegion, RdmaDevice};
+use memkv_store::ArenaInfo;
 
 use crate::admin::RdmaDeviceStatus;
 use crate::config::RdmaConfig;
 
-/// What `/v1/status`, `/v1/health` and Connect report about RDMA.
+/// The device and registered arena RDMA clients read and write.
+pub struct RdmaServing {
+    /// Declared before `device`: the region is deregistered before the device closes.
+    pub arena: MemoryRegion,
+    pub device: Arc<RdmaDevice>,
+}
+
+/// What `/v1/status`, `/v1/health` and Connect report about RDMA. Must be dropped before the
+/// store whose arena it registered (see [`crate::state::Shared`]).
 pub struct RdmaState {
+    pub serving: Option<RdmaServing>,
     pub active: bool,
+    /// RDMA was wanted (enabled, and a device exists) but is not serving: health degrades.
+    pub expected: bool,
     /// Why RDMA is not active; `None` when it is.
     pub reason: Option<String>,
     pub devices: Vec<RdmaDeviceStatus>,
@@ -23,6 +38,8 @@ impl RdmaState {
         devices: Vec<RdmaDeviceStatus>,
     ) -> RdmaState {
         RdmaState {
+            serving: None,
+            expected: !devices.is_empty(),
             active: false,
             reason: Some(reason),
             devices,
@@ -56,9 +73,14 @@ fn device_status(plan: &PortPlan) -> RdmaDeviceStatus {
     }
 }
 
-/// Discovers the configured device and decides whether RDMA can be served on it. Blocking
-/// (sysfs, netlink, verbs): call it off the async runtime.
-pub fn bring_up(rdma: &RdmaConfig) -> RdmaState {
+/// Discovers the configured device, checks its port against the runbooks' rules and, when it
+/// passes, registers the memory arena on it. Blocking (sysfs, netlink, verbs, memory
+/// registration): call it off the async runtime.
+///
+/// # Safety
+///
+/// `arena` must describe memory that stays mapped until the returned state is dropped.
+pub unsafe fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaInfo>) -> RdmaState {
     if !rdma.enabled {
         return RdmaState::inactive("disabled by rdma.enabled: false".into(), None, Vec::new());
     }
@@ -79,17 +101,61 @@ pub fn bring_up(rdma: &RdmaConfig) -> RdmaState {
         return RdmaState::inactive(reason, Some(fabric), Vec::new());
     }
     let devices: Vec<RdmaDeviceStatus> = fabric.plans().iter().map(device_status).collect();
-    let reason = match fabric.usable_port(Some(&rdma.device)) {
-        Err(e) => format!("RDMA refused on {}: {e}", rdma.device),
-        Ok(plan) => format!(
-            "{} port {} passes the fabric checks, but {}",
-            plan.facts.device,
-            plan.facts.port,
-            crate::state::RDMA_UNAVAILABLE
-        ),
+    let plan = match fabric.usable_port(Some(&rdma.device)) {
+        Ok(plan) => plan.clone(),
+        Err(e) => {
+            let reason = format!("RDMA refused on {}: {e}", rdma.device);
+            tracing::warn!("{reason}; serving TCP only");
+            return RdmaState::inactive(reason, Some(fabric), devices);
+        }
     };
-    tracing::warn!("{reason}; serving TCP only");
-    RdmaState::inactive(reason, Some(fabric), devices)
+    let Some(arena) = arena else {
+        let reason = "RDMA serves the memory arena; storage.mode file serves TCP only".to_owned();
+        tracing::info!("{reason}");
+        return RdmaState::inactive(reason, Some(fabric), devices);
+    };
+    let device = match RdmaDevice::open(&fabric, Some(&plan.facts.device), Some(plan.facts.port)) {
+        Ok(d) => d,
+        Err(e) => {
+            let reason = format!(
+                "cannot open {} port {}: {e}",
+                plan.facts.device, plan.facts.port
+            );
+            tracing::warn!("{reason}; serving TCP only");
+            return RdmaState::inactive(reason, Some(fabric), devices);
+        }
+    };
+    // SAFETY: forwarded from this function's contract: the arena outlives the state.
+    let region = match unsafe { device.register_arena(arena.ptr, arena.len) } {
+        Ok(r) => r,
+        Err(e) => {
+            let reason = format!(
+                "cannot register the {} byte arena on {}: {e}",
+                arena.len,
+                device.name()
+            );
+            tracing::warn!("{reason}; serving TCP only");
+            return RdmaState::inactive(reason, Some(fabric), devices);
+        }
+    };
+    tracing::info!(
+        device = device.name(),
+        port = device.port(),
+        arena_bytes = arena.len,
+        registration_ms = region.registration_time().as_millis() as u64,
+        "RDMA serving (RC): arena registered"
+    );
+    RdmaState {
+        serving: Some(RdmaServing {
+            arena: region,
+            device,
+        }),
+        active: true,
+        expected: true,
+        reason: None,
+        devices,
+        _fabric: Some(fabric),
+    }
 }
 
 #[cfg(test)]
@@ -98,7 +164,8 @@ mod tests {
 
     #[test]
     fn this_host_has_no_rdma_and_says_so() {
-        let state = bring_up(&RdmaConfig::default());
+        // SAFETY: no arena is given.
+        let state = unsafe { bring_up(&RdmaConfig::default(), None) };
         assert!(!state.active);
         let reason = state.reason.unwrap();
         // The build machines have no RDMA; inside the Soft-RoCE VM mlx5_0 does not exist.
@@ -114,8 +181,10 @@ mod tests {
             enabled: false,
             ..RdmaConfig::default()
         };
+        // SAFETY: no arena is given.
+        let state = unsafe { bring_up(&cfg, None) };
         assert_eq!(
-            bring_up(&cfg).reason.as_deref(),
+            state.reason.as_deref(),
             Some("disabled by rdma.enabled: false")
         );
     }

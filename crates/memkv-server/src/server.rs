@@ -83,9 +83,15 @@ impl Server {
             tracing::info!(bytes = arena.len, backing = ?arena.backing, "memory arena mapped");
         }
         let rdma_config = config.rdma.clone();
-        let rdma = tokio::task::spawn_blocking(move || crate::rdma::bring_up(&rdma_config))
-            .await
-            .expect("fabric discovery does not panic");
+        let (store, rdma) = tokio::task::spawn_blocking(move || {
+            let arena = store.arena();
+            // SAFETY: the arena belongs to `store`, which `Shared` keeps, and `Shared` drops
+            // its RDMA state (and so the registration) before the store.
+            let rdma = unsafe { crate::rdma::bring_up(&rdma_config, arena) };
+            (store, rdma)
+        })
+        .await
+        .expect("fabric discovery does not panic");
         let tls = config.network.tls.clone();
         let shared = Shared::new(config, store, key, data_addr, rdma);
         let (stop, stopped) = watch::channel(false);

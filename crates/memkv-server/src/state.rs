@@ -14,16 +14,14 @@ use crate::admin::{
 use crate::config::{ServerConfig, StorageMode};
 use crate::metrics::ConnectionCounters;
 
-/// Why this build serves no RDMA; reported by `/v1/status` and to `Connect` requests.
-pub const RDMA_UNAVAILABLE: &str =
-    "the RDMA data plane is not part of this build; serving TCP only";
-
 const STARTING: u8 = 0;
 const READY: u8 = 1;
 const DRAINING: u8 = 2;
 
 /// Everything a connection needs.
 pub struct Shared {
+    /// Declared before `store`: its memory registration must go before the arena does.
+    pub rdma: crate::rdma::RdmaState,
     pub config: ServerConfig,
     pub store: Store,
     pub key: AuthKey,
@@ -33,7 +31,6 @@ pub struct Shared {
     phase: AtomicU8,
     pub listener_up: AtomicBool,
     pub connections: Arc<ConnectionCounters>,
-    pub rdma: crate::rdma::RdmaState,
     last_evictions: AtomicU64,
     last_checksum_failures: AtomicU64,
 }
@@ -145,8 +142,7 @@ impl StatusSource for Shared {
         let offline = stats.per_device.len() as u32 - online;
         HealthReport::assess(HealthInputs {
             data_listener_up: self.listener_up.load(Ordering::Acquire),
-            // No RDMA data plane in this build, so its absence degrades nothing.
-            rdma_expected: false,
+            rdma_expected: self.rdma.expected,
             rdma_active: self.rdma.active,
             drives_online: if self.config.storage.mode == StorageMode::File {
                 online

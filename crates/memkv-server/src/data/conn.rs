@@ -65,6 +65,7 @@ pub async fn serve(
         opener: session.opener,
         tx,
         peer,
+        queue_pairs: Vec::new(),
     };
     if let Err(reason) = conn.read_loop(shutdown).await {
         tracing::info!(%peer, %reason, "closing connection");
@@ -86,7 +87,12 @@ struct Connection {
     budget: Arc<Semaphore>,
     budget_units: u64,
     peer: SocketAddr,
+    /// RDMA queue pairs this client connected; they live as long as the connection.
+    queue_pairs: Vec<Arc<memkv_rdma::RcQueuePair>>,
 }
+
+/// Queue pairs one connection may hold (a client uses one per rail).
+const MAX_QUEUE_PAIRS: usize = 8;
 
 /// Why the read loop ended.
 #[derive(Debug, thiserror::Error)]
@@ -189,6 +195,12 @@ impl Connection {
             if let Err(e) = self.opener.verify(&raw, &key, &payload, !store_checks) {
                 return self.reject(&header, e).await;
             }
+            if header.opcode == Opcode::Connect {
+                let out = self.connect_rdma(&header, &payload).await;
+                record(&out, &header, started);
+                self.send(out).await?;
+                continue;
+            }
             self.dispatch(header, key, payload, permit, started).await?;
         }
     }
@@ -269,6 +281,56 @@ impl Connection {
             }
         });
         Ok(())
+    }
+
+    /// RDMA bootstrap: builds a queue pair towards the client's, moves it to ready-to-send
+    /// and answers with this side's endpoint and the arena's address and rkey.
+    async fn connect_rdma(&mut self, h: &Header, payload: &[u8]) -> Outgoing {
+        let Some(serving) = &self.shared.rdma.serving else {
+            let reason = self
+                .shared
+                .rdma
+                .reason
+                .as_deref()
+                .unwrap_or("RDMA is not active");
+            return Outgoing::error(
+                h,
+                Status::Unsupported,
+                &format!("RDMA is not active on this server: {reason}"),
+            );
+        };
+        if self.queue_pairs.len() >= MAX_QUEUE_PAIRS {
+            return Outgoing::error(
+                h,
+                Status::Busy,
+                &format!("a connection holds at most {MAX_QUEUE_PAIRS} queue pairs"),
+            );
+        }
+        let peer = match memkv_proto::connect::RdmaEndpoint::decode(payload) {
+            Ok(p) => p,
+            Err(e) => return Outgoing::error(h, e.status(), &e.to_string()),
+        };
+        let arena = (serving.arena.addr(), serving.arena.rkey());
+        let qp = match serving.device.create_rc() {
+            Ok(qp) => Arc::new(qp),
+            Err(e) => {
+                return Outgoing::error(
+                    h,
+                    Status::Internal,
+                    &format!("cannot create a queue pair: {e}"),
+                );
+            }
+        };
+        let local = match qp.local_endpoint(Some(arena)) {
+            Ok(l) => l,
+            Err(e) => return Outgoing::error(h, Status::Unsupported, &e.to_string()),
+        };
+        if let Err(e) = qp.connect_async(&peer).await {
+            tracing::info!(peer = %self.peer, error = %e, "RDMA connect refused");
+            return Outgoing::error(h, Status::BadRequest, &format!("RDMA connect refused: {e}"));
+        }
+        self.queue_pairs.push(qp);
+        Outgoing::new(h, Status::Ok, Body::Owned(local.encode()))
     }
 
     async fn send(&self, out: Outgoing) -> Result<(), Closed> {

@@ -11,7 +11,7 @@ use memkv_store::StoreError;
 use std::time::Duration;
 
 use super::writer::{Body, Outgoing};
-use crate::state::{RDMA_UNAVAILABLE, Shared};
+use crate::state::Shared;
 
 /// The wire status and message for a store error.
 pub fn store_status(e: &StoreError) -> Status {
@@ -141,7 +141,12 @@ pub fn execute(shared: &Shared, h: &Header, key: &[u8], payload: Vec<u8>) -> Out
             ),
             Err(e) => bad(h, &e),
         },
-        Opcode::Connect => Outgoing::error(h, Status::Unsupported, RDMA_UNAVAILABLE),
+        // Connect needs the connection (its queue pairs live there): see conn.rs.
+        Opcode::Connect => Outgoing::error(
+            h,
+            Status::Internal,
+            "Connect dispatched without its connection",
+        ),
         Opcode::BatchPut => batch_put(shared, h, &payload),
         Opcode::BatchGet => batch_get(shared, h, &payload),
         Opcode::BatchDelete | Opcode::BatchExists => batch_keys(shared, h, &payload),
@@ -162,11 +167,11 @@ fn allocate(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing
     let granted = lease(req.lease_ms, default).min(default);
     match shared.store.allocate(key, req.len) {
         Ok(reservation) => {
+            let (addr, rkey) = remote(shared, reservation.arena_offset());
             let body = AllocateResponse {
                 reservation: reservation.id(),
-                // No RDMA registration in this build: there is no remote address to give.
-                addr: 0,
-                rkey: 0,
+                addr,
+                rkey,
                 lease_ms: granted.as_millis() as u32,
             };
             // Dropping the handle parks the reservation for Commit/Abort by id.
@@ -174,6 +179,15 @@ fn allocate(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing
             ok(h, Body::Owned(body.encode()))
         }
         Err(e) => fail(h, &e),
+    }
+}
+
+/// Where a client reaches arena bytes one-sided: the registered address and rkey, or zeros
+/// when the server serves no RDMA.
+fn remote(shared: &Shared, arena_offset: Option<u64>) -> (u64, u32) {
+    match (&shared.rdma.serving, arena_offset) {
+        (Some(s), Some(offset)) => (s.arena.addr() + offset, s.arena.rkey()),
+        _ => (0, 0),
     }
 }
 
@@ -189,8 +203,8 @@ fn lookup(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing {
             Body::Owned(
                 LookupResponse {
                     pin: p.pin_id,
-                    addr: 0,
-                    rkey: 0,
+                    addr: remote(shared, Some(p.arena_offset)).0,
+                    rkey: remote(shared, Some(p.arena_offset)).1,
                     lease_ms: granted.min(shared.config.storage.pin_lease).as_millis() as u32,
                     len: p.len,
                     checksum: p.checksum,
