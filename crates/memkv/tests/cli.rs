@@ -345,3 +345,59 @@ fn start_serves_until_sigterm_and_exits_cleanly() {
     assert!(out.status.success(), "{}", stderr(&out));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_come_from_the_config_file_then_env_then_flags() {
+    let server = start_server().await;
+    let addr = server.data_addr().to_string();
+    let unused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let dir = scratch("precedence");
+    let file = dir.join("client.yaml");
+    std::fs::write(
+        &file,
+        format!("servers: [\"{addr}\"]\nauth_key: {KEY_HEX}\ntimeout_ms: 3000\n"),
+    )
+    .unwrap();
+    let bare = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_memkv"));
+        for (name, _) in std::env::vars() {
+            if name.starts_with("MEMKV_") {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.env("XDG_STATE_HOME", scratch("no-state"))
+            .env("MEMKV_CONFIG", &file);
+        cmd
+    };
+    // The file alone: reaches the server (exit 3: no such key).
+    let mut cmd = bare();
+    cmd.args(["exists", "k"]);
+    assert_eq!(run(cmd, None).await.status.code(), Some(3));
+    // The environment beats the file.
+    let mut cmd = bare();
+    cmd.env("MEMKV_SERVERS", &unused).args(["exists", "k"]);
+    assert_eq!(run(cmd, None).await.status.code(), Some(5));
+    // A flag beats the environment.
+    let mut cmd = bare();
+    cmd.env("MEMKV_SERVERS", &unused)
+        .args(["exists", "k", "--servers", &addr]);
+    assert_eq!(run(cmd, None).await.status.code(), Some(3));
+    // Strict RDMA is refused by this build.
+    let mut cmd = bare();
+    cmd.env("MEMKV_TRANSPORT", "rdma").args(["exists", "k"]);
+    let o = run(cmd, None).await;
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    // A bad file names the key.
+    std::fs::write(&file, "servers: [\"a:1\"]\nauth_kee: x\n").unwrap();
+    let mut cmd = bare();
+    cmd.args(["exists", "k"]);
+    let o = run(cmd, None).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("auth_kee"), "{}", stderr(&o));
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
