@@ -254,6 +254,29 @@ impl Store {
         }
     }
 
+    /// Copies the value into the front of `buf` and returns `(length, checksum)`; a value
+    /// longer than `buf` is refused with `TooLarge`.
+    pub fn read_into_slice(&self, key: &[u8], buf: &mut [u8]) -> Result<Option<(usize, u64)>> {
+        check_key(key)?;
+        match &self.inner.backend {
+            Backend::Memory(m) => {
+                let Some(b) = m.get(key) else {
+                    return Ok(None);
+                };
+                let bytes = b.data.as_slice();
+                let limit = buf.len() as u64;
+                let dst = buf.get_mut(..bytes.len()).ok_or(StoreError::TooLarge {
+                    what: "value for the read buffer",
+                    len: bytes.len() as u64,
+                    limit,
+                })?;
+                dst.copy_from_slice(bytes);
+                Ok(Some((bytes.len(), b.checksum)))
+            }
+            Backend::File(f) => f.read_into_slice(key, buf, &self.inner.checksum_failures),
+        }
+    }
+
     /// Pins the value for a one-sided read of `len` bytes at `arena_offset` (memory mode).
     /// The pin lasts until [`Self::release`] or `lease` (capped at the configured pin lease).
     pub fn lookup(&self, key: &[u8], lease: Duration) -> Result<Option<Pinned>> {

@@ -34,6 +34,22 @@ fn put_get_delete_and_two_phase() {
             Some(checksum(&big))
         );
         assert!(buf == big, "{mode}");
+        let mut slice = vec![0u8; 4 << 20];
+        let (n, sum) = store.read_into_slice(b"big", &mut slice).unwrap().unwrap();
+        assert!(
+            n == big.len() && slice[..n] == big[..] && sum == checksum(&big),
+            "{mode}"
+        );
+        assert!(matches!(
+            store.read_into_slice(b"big", &mut [0u8; 100]),
+            Err(StoreError::TooLarge { limit: 100, .. })
+        ));
+        assert!(
+            store
+                .read_into_slice(b"nope", &mut slice)
+                .unwrap()
+                .is_none()
+        );
         store.put(b"empty", b"").unwrap();
         assert_eq!(store.get(b"empty").unwrap().unwrap().len(), 0);
 

@@ -182,13 +182,51 @@ impl FileBackend {
         };
         buf.resize(block.len as usize, 0);
         buf.truncate(block.len as usize);
+        let found = self.read_verified(key, block, buf, failures)?;
+        if found.is_none() {
+            buf.clear();
+        }
+        Ok(found)
+    }
+
+    /// Like [`Self::read_into`] into the front of a caller's buffer; `Ok(Some((len, sum)))`.
+    pub fn read_into_slice(
+        &self,
+        key: &[u8],
+        buf: &mut [u8],
+        failures: &AtomicU64,
+    ) -> Result<Option<(usize, u64)>> {
+        let Some(block) = self.index.get(key) else {
+            return Ok(None);
+        };
+        let len = block.len as usize;
+        if len > buf.len() {
+            return Err(StoreError::TooLarge {
+                what: "value for the read buffer",
+                len: block.len,
+                limit: buf.len() as u64,
+            });
+        }
+        Ok(self
+            .read_verified(key, block, &mut buf[..len], failures)?
+            .map(|sum| (len, sum)))
+    }
+
+    /// Reads `block` into `buf` (its exact length) and checks it; a corrupt value is counted,
+    /// journaled as deleted and reported as missing.
+    fn read_verified(
+        &self,
+        key: &[u8],
+        block: Arc<FileBlock>,
+        buf: &mut [u8],
+        failures: &AtomicU64,
+    ) -> Result<Option<u64>> {
         let actual = self.read_extents(&block.extents.ids, block.len, buf)?;
         if actual == block.checksum {
             return Ok(Some(block.checksum));
         }
         failures.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(key = ?String::from_utf8_lossy(key), "checksum mismatch on read; dropping value");
-        buf.clear();
         self.submit(Op::Delete {
             key: key.into(),
             only_if: Some(block),
