@@ -79,6 +79,10 @@ pub struct BenchArgs {
     /// least one batch, at most --count].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub keys: Option<u64>,
+    /// Ask the servers to MAC every payload too (HMAC-SHA256 over the value bytes), to
+    /// measure what that option costs.
+    #[arg(long)]
+    pub payload_mac: bool,
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -173,12 +177,14 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         (ClientConfig::from_env_with(&overrides)?, None)
     };
     config.transport = transport;
+    config.payload_mac |= args.payload_mac;
     if let Some(n) = args.connections {
         config.num_connections = n as usize;
     }
     if !timeout_set {
         config.timeout = BENCH_TIMEOUT;
     }
+    let config_payload_mac = config.payload_mac;
     let servers = config.servers.clone();
     let connections = config.num_connections;
     let client = Client::connect(config).await?;
@@ -199,6 +205,7 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
             Stop::Count(n) => format!("{n} ops"),
         },
         warmup: args.warmup,
+        payload_mac: config_payload_mac,
     };
     if !args.json {
         println!("{}", report::heading(&setup));

@@ -39,6 +39,7 @@ pub struct Setup<'a> {
     pub batch: usize,
     pub stop: String,
     pub warmup: Option<std::time::Duration>,
+    pub payload_mac: bool,
 }
 
 pub fn heading(s: &Setup<'_>) -> String {
@@ -48,8 +49,9 @@ pub fn heading(s: &Setup<'_>) -> String {
         s.servers.join(",")
     };
     format!(
-        "memkv bench: {op} over {transport} to {place}; {tasks} tasks, {conns} connections per \
-         server, batch {batch}, {stop} per size; latency per call{per_batch}",
+        "memkv bench: {op} over {transport}{mac} to {place}; {tasks} tasks, {conns} connections \
+         per server, batch {batch}, {stop} per size; latency per call{per_batch}",
+        mac = if s.payload_mac { " (payload MACs)" } else { "" },
         op = s.op.as_str(),
         transport = s.transport,
         tasks = s.tasks,
@@ -125,6 +127,7 @@ pub fn json(s: &Setup<'_>, rows: &[Row]) -> Value {
         "batch": s.batch,
         "stop": s.stop,
         "warmup_seconds": s.warmup.map(|w| w.as_secs_f64()),
+        "payload_mac": s.payload_mac,
         "latency_per": if s.batch > 1 { "batch" } else { "op" },
         "results": results,
     })
