@@ -1,0 +1,217 @@
+//! The `memkv` binary: admin status, start, keygen, version, net, and where settings come from.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_status_json_is_an_array_with_one_object_per_server() {
+    let server = start_server_with_admin_at_port_plus_one().await;
+    let addr = server.data_addr().to_string();
+    assert_eq!(server.admin_addr().port(), server.data_addr().port() + 1);
+    let unused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let mut cmd = memkv(&addr, KEY_HEX);
+    cmd.args(["admin", "status", "--json"]);
+    let o = run(cmd, None).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let servers = v.as_array().unwrap();
+    assert_eq!(servers.len(), 1);
+    assert_eq!(servers[0]["server"], addr.as_str());
+    assert_eq!(servers[0]["ok"], true);
+    assert_eq!(servers[0]["status"]["storage"]["mode"], "memory");
+
+    let mut cmd = memkv(&addr, KEY_HEX);
+    cmd.args(["admin", "status", &addr, &unused]);
+    let o = run(cmd, None).await;
+    assert_eq!(o.status.code(), Some(5));
+    let table = String::from_utf8(o.stdout).unwrap();
+    assert!(table.starts_with("SERVER"), "{table}");
+    assert!(table.contains(&format!("{unused}  ERROR")), "{table}");
+    server.shutdown().await.unwrap();
+}
+
+#[test]
+fn keygen_version_and_usage() {
+    let o = Command::new(env!("CARGO_BIN_EXE_memkv"))
+        .arg("keygen")
+        .output()
+        .unwrap();
+    let key = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(key.trim_end().len(), 64, "{key:?}");
+    assert!(key.trim_end().bytes().all(|b| b.is_ascii_hexdigit()));
+    let again = Command::new(env!("CARGO_BIN_EXE_memkv"))
+        .arg("keygen")
+        .output()
+        .unwrap();
+    assert_ne!(again.stdout, key.as_bytes(), "keys are fresh");
+
+    for flag in ["--version", "-V"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_memkv"))
+            .arg(flag)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        assert_eq!(
+            String::from_utf8(o.stdout).unwrap().trim(),
+            format!("memkv {}", env!("CARGO_PKG_VERSION"))
+        );
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_memkv"))
+        .arg("frobnicate")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let o = Command::new(env!("CARGO_BIN_EXE_memkv"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8(o.stdout).unwrap().contains("Exit codes:"));
+    let o = Command::new(env!("CARGO_BIN_EXE_memkv"))
+        .args(["net", "verify", "--server", "x:1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(8));
+    assert!(stderr(&o).contains("not available in this build"));
+}
+
+#[test]
+fn net_show_reports_no_devices_or_ports() {
+    // This machine may or may not have RDMA devices: both outcomes are checked for shape.
+    let o = Command::new(env!("CARGO_BIN_EXE_memkv"))
+        .args(["net", "show", "--json"])
+        .output()
+        .unwrap();
+    let code = o.status.code().unwrap();
+    assert!(
+        code == 0 || code == memkv_fabric::EXIT_NO_RDMA_DEVICES,
+        "{}",
+        stderr(&o)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v.is_object() || v.is_array(), "{v}");
+}
+
+#[test]
+fn start_serves_until_sigterm_and_exits_cleanly() {
+    let dir = scratch("start");
+    let port = loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            break p;
+        }
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "network:\n  address: {addr}\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 64 MiB\nlogging:\n  level: warn\n"
+        ),
+    )
+    .unwrap();
+    let server = Command::new(env!("CARGO_BIN_EXE_memkv"))
+        .arg("start")
+        .arg("--config")
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Up once a client gets an answer (exit 3: the key is not there yet).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let o = memkv(&addr, KEY_HEX)
+            .args(["exists", "k"])
+            .output()
+            .unwrap();
+        if o.status.code() == Some(3) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server did not come up: {}",
+            stderr(&o)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = memkv(&addr, KEY_HEX)
+        .args(["put", "k"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = memkv(&addr, KEY_HEX).args(["get", "k"]).output().unwrap();
+    assert_eq!(o.stdout, std::fs::read(&config).unwrap());
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = server.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_come_from_the_config_file_then_env_then_flags() {
+    let server = start_server().await;
+    let addr = server.data_addr().to_string();
+    let unused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let dir = scratch("precedence");
+    let file = dir.join("client.yaml");
+    std::fs::write(
+        &file,
+        format!("servers: [\"{addr}\"]\nauth_key: {KEY_HEX}\ntimeout_ms: 3000\n"),
+    )
+    .unwrap();
+    let bare = || {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_memkv"));
+        for (name, _) in std::env::vars() {
+            if name.starts_with("MEMKV_") {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.env("XDG_STATE_HOME", scratch("no-state"))
+            .env("MEMKV_CONFIG", &file);
+        cmd
+    };
+    // The file alone: reaches the server (exit 3: no such key).
+    let mut cmd = bare();
+    cmd.args(["exists", "k"]);
+    assert_eq!(run(cmd, None).await.status.code(), Some(3));
+    // The environment beats the file.
+    let mut cmd = bare();
+    cmd.env("MEMKV_SERVERS", &unused).args(["exists", "k"]);
+    assert_eq!(run(cmd, None).await.status.code(), Some(5));
+    // A flag beats the environment.
+    let mut cmd = bare();
+    cmd.env("MEMKV_SERVERS", &unused)
+        .args(["exists", "k", "--servers", &addr]);
+    assert_eq!(run(cmd, None).await.status.code(), Some(3));
+    // Strict RDMA is refused by this build.
+    let mut cmd = bare();
+    cmd.env("MEMKV_TRANSPORT", "rdma").args(["exists", "k"]);
+    let o = run(cmd, None).await;
+    assert_eq!(o.status.code(), Some(8), "{}", stderr(&o));
+    // A bad file names the key.
+    std::fs::write(&file, "servers: [\"a:1\"]\nauth_kee: x\n").unwrap();
+    let mut cmd = bare();
+    cmd.args(["exists", "k"]);
+    let o = run(cmd, None).await;
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("auth_kee"), "{}", stderr(&o));
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
