@@ -25,8 +25,10 @@ use pending::Pending;
 
 use crate::Error;
 
-/// Bytes the reader buffers; larger payloads bypass the buffer and land in their own Vec.
-const READ_BUFFER: usize = 256 * 1024;
+/// Bytes the reader buffers, so headers and small answers take few reads; payloads at least
+/// this large bypass the buffer and land in their own Vec. Allocated per connection, so kept
+/// modest: a process may hold thousands of connections.
+const READ_BUFFER: usize = 32 * 1024;
 
 /// A successful exchange: the server's status and payload (an error message unless `Ok`).
 #[derive(Debug)]
