@@ -7,12 +7,16 @@ use memkv_proto::messages::StatsResponse;
 use memkv_proto::placement::Placement;
 use memkv_proto::{Limits, Opcode, ProtoError, Status};
 
-use crate::config::{ClientConfig, Transport};
+use crate::config::ClientConfig;
 use crate::conn::{CLIENT_LIMITS, CallError, Response};
 use crate::pool::ServerPool;
 use crate::{Error, Result};
 
 pub(crate) struct Inner {
+    /// Declared first: queue pairs go before the connections that keep their server ends.
+    pub rdma: Option<crate::rdma::RdmaPath>,
+    /// Why there is no RDMA path (`transport tcp`, or the `auto` start-up fallback).
+    pub rdma_unavailable: Option<String>,
     pub placement: Placement,
     pub pools: Vec<ServerPool>,
     pub limits: Limits,
@@ -39,22 +43,17 @@ impl Client {
     /// now only fails the operations on its keys. With feature `prometheus`, the first client
     /// in the process serves `/metrics` on `MEMKV_PROMETHEUS_BIND` when that is set.
     pub async fn connect(config: ClientConfig) -> Result<Client> {
-        match config.transport {
-            Transport::Rdma => {
-                return Err(Error::Config(
-                    "transport rdma: RDMA transport not available in this build \
-                     (use transport auto or tcp)"
-                        .into(),
-                ));
-            }
-            Transport::Auto => {
-                tracing::debug!("transport auto: this build has no RDMA data plane; using TCP")
-            }
-            Transport::Tcp => {}
-        }
         if config.servers.is_empty() {
             return Err(Error::Config("the server list is empty".into()));
         }
+        let rdma_config = config.clone();
+        let rdma = tokio::task::spawn_blocking(move || crate::rdma::RdmaPath::start(&rdma_config))
+            .await
+            .map_err(|e| Error::Config(format!("RDMA start-up panicked: {e}")))??;
+        let (rdma, rdma_unavailable) = match rdma {
+            Ok(path) => (Some(path), None),
+            Err(reason) => (None, Some(reason)),
+        };
         #[cfg(feature = "prometheus")]
         crate::metrics::serve_from_env_once().await;
         let pools = config
@@ -71,6 +70,8 @@ impl Client {
             .collect();
         Ok(Client {
             inner: Arc::new(Inner {
+                rdma,
+                rdma_unavailable,
                 placement: Placement::new(&config.servers),
                 pools,
                 limits: CLIENT_LIMITS,
@@ -209,6 +210,12 @@ impl Client {
         self.check_key(key)?;
         self.check_value(value)?;
         let index = self.owner_index(key);
+        if let Some(rdma) = self.rdma() {
+            match self.put_rdma(rdma, index, key, value).await {
+                Err(e @ Error::Rdma { .. }) if rdma.failed(&e) => {}
+                done => return done,
+            }
+        }
         let r = self
             .exchange(
                 index,
@@ -237,6 +244,12 @@ impl Client {
     pub async fn get_into(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
         self.check_key(key)?;
         let index = self.owner_index(key);
+        if let Some(rdma) = self.rdma() {
+            match self.get_rdma(rdma, index, key, buf).await {
+                Err(e @ Error::Rdma { .. }) if rdma.failed(&e) => {}
+                done => return done,
+            }
+        }
         let mut r = self
             .exchange(
                 index,

@@ -62,6 +62,13 @@ pub enum Error {
         #[source]
         source: Arc<std::io::Error>,
     },
+    /// No RDMA rail could be used on this host (no device, a fabric check failed, ...).
+    /// Only `transport: rdma` reports it; `auto` falls back to TCP instead.
+    #[error("RDMA unavailable: {reason}")]
+    RdmaUnavailable { reason: String },
+    /// An RDMA transfer or queue-pair setup with one server failed.
+    #[error("RDMA with server {server}: {reason}")]
+    Rdma { server: String, reason: String },
     /// A key, value or batch exceeds a protocol limit; nothing was sent.
     #[error("{what} of {len} bytes exceeds the limit of {limit}")]
     TooLarge {
@@ -81,8 +88,12 @@ impl Error {
             | Error::Timeout { server, .. }
             | Error::Server { server, .. }
             | Error::Protocol { server, .. }
-            | Error::Disconnected { server, .. } => Some(server),
-            Error::Config(_) | Error::Io { .. } | Error::TooLarge { .. } => None,
+            | Error::Disconnected { server, .. }
+            | Error::Rdma { server, .. } => Some(server),
+            Error::Config(_)
+            | Error::Io { .. }
+            | Error::TooLarge { .. }
+            | Error::RdmaUnavailable { .. } => None,
         }
     }
 

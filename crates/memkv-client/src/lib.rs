@@ -29,6 +29,8 @@ mod join;
 pub mod key_file;
 pub mod metrics;
 mod pool;
+mod rdma;
+mod rdma_ops;
 
 pub use blocking::BlockingClient;
 pub use client::Client;

@@ -28,6 +28,7 @@ pub fn outcome(result: &Result<(), &Error>) -> &'static str {
         Err(Error::Server { .. }) => "server_error",
         Err(Error::Protocol { .. }) => "protocol_error",
         Err(Error::Disconnected { .. }) => "disconnected",
+        Err(Error::Rdma { .. } | Error::RdmaUnavailable { .. }) => "rdma_error",
         Err(Error::Config(_) | Error::Io { .. } | Error::TooLarge { .. }) => "local_error",
     }
 }

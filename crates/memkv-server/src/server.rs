@@ -134,6 +134,14 @@ impl Server {
         self.admin_addr
     }
 
+    /// Stops at once, as a crash would: every connection and queue pair is dropped mid-request,
+    /// nothing is drained or flushed. For tests of what clients see when a server dies.
+    pub fn kill(self) {
+        self.data_task.abort();
+        self.admin_task.abort();
+        self.reaper_task.abort();
+    }
+
     /// Stops accepting, lets in-flight requests finish, flushes the store and stops.
     pub async fn shutdown(self) -> Result<(), memkv_store::StoreError> {
         self.shared.set_draining();

@@ -99,11 +99,25 @@ pub enum NetCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Check an RDMA path to a server end to end (needs the RDMA data plane).
+    /// Prove the data path to a server end to end: connect, authenticate, report the transport
+    /// negotiated (RC, or TCP and why RDMA was not used), write a random block, read it back
+    /// and compare. Prints a VERIFIED line on success.
     Verify {
-        /// Accepted for compatibility; this build cannot run the check.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        args: Vec<OsString>,
+        /// The server, HOST:PORT.
+        #[arg(long, value_name = "HOST:PORT")]
+        server: String,
+        /// The local RDMA device to use (default: any usable one).
+        #[arg(long, value_name = "DEV")]
+        device: Option<String>,
+        /// The auth key, 64 hex characters (default: MEMKV_AUTH_KEY, then the local key file).
+        #[arg(long, value_name = "HEX")]
+        auth_key: Option<String>,
+        /// Block size in bytes.
+        #[arg(long, default_value_t = 1 << 20)]
+        size: usize,
+        /// Fail unless the block moves over RDMA.
+        #[arg(long)]
+        require_rdma: bool,
     },
 }
 

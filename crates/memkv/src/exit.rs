@@ -18,8 +18,8 @@ pub const UNREACHABLE: i32 = 5;
 pub const TIMEOUT: i32 = 6;
 /// Client and server protocol versions do not fit together.
 pub const UNSUPPORTED_VERSION: i32 = 7;
-/// The command needs a part this build does not have (net verify, transport rdma).
-pub const NOT_IN_BUILD: i32 = 8;
+/// RDMA was required (transport rdma, net verify --transport rdma) but unavailable or failed.
+pub const RDMA_UNAVAILABLE: i32 = 8;
 
 /// The `after_help` of `memkv --help`.
 pub const HELP: &str = "\
@@ -32,7 +32,7 @@ Exit codes:
   5   server unreachable or connection lost
   6   timed out
   7   protocol version mismatch
-  8   not available in this build (net verify; transport rdma)
+  8   RDMA required but unavailable or failed (transport rdma; net verify)
   64  net show: no port matches --device/--port
   69  net show: this host has no RDMA devices
 
@@ -47,9 +47,15 @@ pub fn for_error(err: &Error) -> i32 {
         Error::Unreachable { .. } | Error::Disconnected { .. } => UNREACHABLE,
         Error::Timeout { .. } => TIMEOUT,
         Error::UnsupportedVersion { .. } => UNSUPPORTED_VERSION,
-        Error::Config(message) if message.contains("not available in this build") => NOT_IN_BUILD,
+        // Strict RDMA without a usable rail: "not available in this build" from a TCP-only
+        // build, "RDMA unavailable: ..." from one with the RDMA data plane.
+        e if rdma_unavailable(&e.to_string()) => RDMA_UNAVAILABLE,
         _ => FAILURE,
     }
+}
+
+fn rdma_unavailable(message: &str) -> bool {
+    message.contains("not available in this build") || message.contains("RDMA unavailable")
 }
 
 /// An error that ends the command with a chosen code.
@@ -125,10 +131,10 @@ mod tests {
             TIMEOUT
         );
         assert_eq!(
-            for_error(&Error::Config(
-                "RDMA transport not available in this build".into()
-            )),
-            NOT_IN_BUILD
+            for_error(&Error::RdmaUnavailable {
+                reason: "no RDMA devices".into()
+            }),
+            RDMA_UNAVAILABLE
         );
         assert_eq!(for_error(&Error::Config("bad".into())), FAILURE);
     }
@@ -144,7 +150,7 @@ mod tests {
             UNREACHABLE,
             TIMEOUT,
             UNSUPPORTED_VERSION,
-            NOT_IN_BUILD,
+            RDMA_UNAVAILABLE,
             memkv_fabric::EXIT_NO_MATCHING_PORT,
             memkv_fabric::EXIT_NO_RDMA_DEVICES,
         ] {

@@ -38,7 +38,27 @@ fn run(cli: Cli) -> Result<(), Exit> {
         Command::Start { config } => start::start(config.as_deref()),
         Command::Keygen => keygen(),
         Command::Net(NetCommand::Show { device, port, json }) => net::show(device, port, json),
-        Command::Net(NetCommand::Verify { .. }) => net::verify(),
+        Command::Net(NetCommand::Verify {
+            server,
+            device,
+            auth_key,
+            size,
+            require_rdma,
+        }) => {
+            start::init_client_logging();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            let args = net::VerifyArgs {
+                server,
+                device,
+                auth_key: auth_key.or_else(|| cli.global.auth_key.clone()),
+                size,
+                require_rdma,
+            };
+            runtime.block_on(net::verify(args))
+        }
         Command::Bench(args) => bench::run(&cli.global, args),
         command => {
             start::init_client_logging();
