@@ -133,6 +133,20 @@ mod tests {
         assert_eq!(r.body, b"all of it");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = parse(&raw);
+        }
+
+        #[test]
+        fn arbitrary_chunked_bodies_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            raw.extend_from_slice(&body);
+            let _ = parse(&raw);
+        }
+    }
+
     #[test]
     fn refuses_malformed_responses() {
         assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9").is_err());
