@@ -39,3 +39,4 @@ pub use error::{Error, Result};
 pub use memkv_proto::messages::StatsResponse;
 pub use memkv_proto::{AuthKey, Status};
 pub use pool::{BACKOFF_MAX, BACKOFF_MIN};
+pub use rdma_ops::RdmaBuffer;

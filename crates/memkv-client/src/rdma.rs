@@ -169,6 +169,22 @@ impl RdmaPath {
         &self.rails[session.rail].staging
     }
 
+    /// A buffer registered on the first rail, for zero-copy puts and gets.
+    pub fn register(
+        &self,
+        len: usize,
+    ) -> std::result::Result<(usize, memkv_rdma::RegisteredBuffer), memkv_rdma::RdmaError> {
+        Ok((
+            0,
+            memkv_rdma::RegisteredBuffer::new(&self.rails[0].device, len)?,
+        ))
+    }
+
+    /// The rail `session` uses.
+    pub fn rail_of(&self, session: &Session) -> usize {
+        session.rail
+    }
+
     /// The devices in use, for reports.
     pub fn rail_names(&self) -> Vec<String> {
         self.rails

@@ -17,7 +17,176 @@ fn rdma_err(server: &str, reason: impl std::fmt::Display) -> Error {
     }
 }
 
+/// Caller memory registered once with the client's RDMA rail: puts from it and gets into it
+/// move bytes between it and the server's arena with no copy.
+pub struct RdmaBuffer {
+    rail: usize,
+    buf: memkv_rdma::RegisteredBuffer,
+}
+
+impl RdmaBuffer {
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        self.buf.as_slice()
+    }
+
+    /// The bytes, to fill before a put.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.buf.as_mut_slice()
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.buf.as_slice().len()
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn verify(server: &str, bytes: &[u8], expected: u64) -> Result<()> {
+    let actual = checksum::of(bytes);
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(rdma_err(
+            server,
+            format!(
+                "value read by RDMA fails its checksum ({actual:#018x}, stored {expected:#018x})"
+            ),
+        ))
+    }
+}
+
 impl Client {
+    /// Registers `len` bytes of memory for zero-copy [`Client::put_from`] and
+    /// [`Client::get_into_buffer`]. Needs an active RDMA transport.
+    pub fn register_buffer(&self, len: usize) -> Result<RdmaBuffer> {
+        let rdma = self.rdma().ok_or_else(|| Error::RdmaUnavailable {
+            reason: self
+                .rdma_fallback_reason()
+                .unwrap_or_else(|| "no RDMA transport".into()),
+        })?;
+        let (rail, buf) = rdma.register(len).map_err(|e| Error::RdmaUnavailable {
+            reason: e.to_string(),
+        })?;
+        Ok(RdmaBuffer { rail, buf })
+    }
+
+    /// Stores `buf[..len]` under `key`, RDMA WRITE straight from the registered buffer (or through
+    /// a staging buffer when the key's server uses another rail).
+    pub async fn put_from(&self, key: &[u8], buf: &RdmaBuffer, len: usize) -> Result<()> {
+        let value = buf.as_slice().get(..len).ok_or(Error::TooLarge {
+            what: "put_from length",
+            len: len as u64,
+            limit: buf.len() as u64,
+        })?;
+        self.check_key(key)?;
+        self.check_value(value)?;
+        let index = self.owner_index(key);
+        let Some(rdma) = self.rdma() else {
+            return self.put(key, value).await;
+        };
+        self.put_rdma_from(rdma, index, key, value, Some(buf)).await
+    }
+
+    /// Reads the value under `key` into `buf` with RDMA READ straight into it; returns its
+    /// length, or `None` when the key does not exist. A value longer than `buf` is `TooLarge`.
+    pub async fn get_into_buffer(&self, key: &[u8], buf: &mut RdmaBuffer) -> Result<Option<usize>> {
+        self.check_key(key)?;
+        let index = self.owner_index(key);
+        let rdma = self.rdma().ok_or_else(|| Error::RdmaUnavailable {
+            reason: self
+                .rdma_fallback_reason()
+                .unwrap_or_else(|| "no RDMA transport".into()),
+        })?;
+        let server = self.server_name(index).to_owned();
+        let work = async {
+            let session = rdma.session(index, &self.inner.pools[index]).await?;
+            let Some(pin) = self.lookup_pin(index, key).await? else {
+                return Ok(None);
+            };
+            let len = pin.len as usize;
+            let read = if pin.len > buf.len() as u64 {
+                Err(Error::TooLarge {
+                    what: "value for the registered buffer",
+                    len: pin.len,
+                    limit: buf.len() as u64,
+                })
+            } else if len == 0 {
+                Ok(())
+            } else if rdma.rail_of(&session) == buf.rail {
+                session
+                    .qp
+                    .read(&mut buf.buf, 0, len, pin.addr, pin.rkey)
+                    .await
+                    .map_err(|e| rdma_err(&server, e))
+            } else {
+                session
+                    .qp
+                    .read_into_slice(
+                        rdma.staging(&session),
+                        &mut buf.buf.as_mut_slice()[..len],
+                        pin.addr,
+                        pin.rkey,
+                    )
+                    .await
+                    .map_err(|e| rdma_err(&server, e))
+            };
+            self.release_pin(index, pin.pin).await;
+            read?;
+            verify(&server, &buf.as_slice()[..len], pin.checksum)?;
+            Ok(Some(len))
+        };
+        tokio::time::timeout(self.timeout, work)
+            .await
+            .map_err(|_| Error::Timeout {
+                server: server.clone(),
+                op: "get",
+                after: self.timeout,
+            })?
+    }
+
+    async fn lookup_pin(&self, index: usize, key: &[u8]) -> Result<Option<LookupResponse>> {
+        let server = self.server_name(index);
+        let request = LookupRequest { lease_ms: 0 }.encode();
+        let r = self
+            .exchange(
+                index,
+                "lookup",
+                Opcode::Lookup,
+                key,
+                &[&request],
+                None,
+                Vec::new(),
+            )
+            .await?;
+        match r.status {
+            Status::Ok => LookupResponse::decode(&r.payload)
+                .map(Some)
+                .map_err(|e| rdma_err(server, e)),
+            Status::NotFound => Ok(None),
+            _ => Err(Error::from_status(server, r.status, &r.payload)),
+        }
+    }
+
+    async fn release_pin(&self, index: usize, pin: u64) {
+        let release = ReleaseRequest { pin }.encode();
+        let _ = self
+            .exchange(
+                index,
+                "release",
+                Opcode::Release,
+                &[],
+                &[&release],
+                None,
+                Vec::new(),
+            )
+            .await;
+    }
+
     pub(crate) fn rdma(&self) -> Option<&RdmaPath> {
         self.inner.rdma.as_ref().filter(|r| r.active())
     }
@@ -29,6 +198,18 @@ impl Client {
         index: usize,
         key: &[u8],
         value: &[u8],
+    ) -> Result<()> {
+        self.put_rdma_from(rdma, index, key, value, None).await
+    }
+
+    /// `value` is `registered`'s first bytes when given: written with no staging copy.
+    async fn put_rdma_from(
+        &self,
+        rdma: &RdmaPath,
+        index: usize,
+        key: &[u8],
+        value: &[u8],
+        registered: Option<&RdmaBuffer>,
     ) -> Result<()> {
         let server = self.server_name(index).to_owned();
         let work = async {
@@ -59,12 +240,22 @@ impl Client {
                     "the server gave no remote address (RDMA inactive there)",
                 ));
             }
-            if !value.is_empty()
-                && let Err(e) = session
-                    .qp
-                    .write_from_slice(rdma.staging(&session), value, alloc.addr, alloc.rkey)
-                    .await
-            {
+            let written = match registered {
+                _ if value.is_empty() => Ok(()),
+                Some(b) if b.rail == rdma.rail_of(&session) => {
+                    session
+                        .qp
+                        .write(&b.buf, 0, value.len(), alloc.addr, alloc.rkey)
+                        .await
+                }
+                _ => {
+                    session
+                        .qp
+                        .write_from_slice(rdma.staging(&session), value, alloc.addr, alloc.rkey)
+                        .await
+                }
+            };
+            if let Err(e) = written {
                 let abort = AbortRequest {
                     reservation: alloc.reservation,
                 }
@@ -124,72 +315,31 @@ impl Client {
         let server = self.server_name(index).to_owned();
         let work = async {
             let session = rdma.session(index, &self.inner.pools[index]).await?;
-            let request = LookupRequest { lease_ms: 0 }.encode();
-            let r = self
-                .exchange(
-                    index,
-                    "lookup",
-                    Opcode::Lookup,
-                    key,
-                    &[&request],
-                    None,
-                    Vec::new(),
-                )
-                .await?;
-            match r.status {
-                Status::Ok => {}
-                Status::NotFound => return Ok(false),
-                _ => return Err(Error::from_status(&server, r.status, &r.payload)),
-            }
-            let pin = LookupResponse::decode(&r.payload).map_err(|e| rdma_err(&server, e))?;
+            let Some(pin) = self.lookup_pin(index, key).await? else {
+                return Ok(false);
+            };
             let limit = self.inner.limits.max_value_len;
-            if pin.len > limit {
-                return Err(Error::TooLarge {
+            let read = if pin.len > limit {
+                Err(Error::TooLarge {
                     what: "value",
                     len: pin.len,
                     limit,
-                });
-            }
-            buf.clear();
-            buf.resize(pin.len as usize, 0);
-            let read = if pin.len == 0 {
+                })
+            } else if pin.len == 0 {
+                buf.clear();
                 Ok(())
-            } else if pin.rkey == 0 {
-                Err(rdma_err(
-                    &server,
-                    "the server gave no remote address (RDMA inactive there)",
-                ))
             } else {
+                buf.clear();
+                buf.resize(pin.len as usize, 0);
                 session
                     .qp
                     .read_into_slice(rdma.staging(&session), buf, pin.addr, pin.rkey)
                     .await
                     .map_err(|e| rdma_err(&server, e))
             };
-            let release = ReleaseRequest { pin: pin.pin }.encode();
-            let _ = self
-                .exchange(
-                    index,
-                    "release",
-                    Opcode::Release,
-                    &[],
-                    &[&release],
-                    None,
-                    Vec::new(),
-                )
-                .await;
+            self.release_pin(index, pin.pin).await;
             read?;
-            let actual = checksum::of(buf);
-            if actual != pin.checksum {
-                buf.clear();
-                return Err(rdma_err(
-                    &server,
-                    format!(
-                        "value read by RDMA fails its checksum ({actual:#018x}, stored {:#018x})",
-                        pin.checksum
-                    ),
-                ));
-            }
+            verify(&server, buf, pin.checksum).inspect_err(|_| buf.clear())?;
             Ok(true)
         };
         tokio::time::timeout(self.timeout, work)

@@ -77,6 +77,50 @@ async fn puts_and_gets_move_over_rdma_bit_exact() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registered_buffers_move_without_copies() {
+    let Some((server_dev, rail)) = rxe_or_skip("registered_buffers_move_without_copies") else {
+        return;
+    };
+    let server = common::start(&format!("rdma:\n  device: {server_dev}\n")).await;
+    let client = rdma_client(&server, &rail, Transport::Rdma).await.unwrap();
+    let mut out = client.register_buffer(16 << 20).unwrap();
+    let mut inp = client.register_buffer(16 << 20).unwrap();
+    for (i, size) in [1usize, 4096, 1 << 20, 16 << 20].into_iter().enumerate() {
+        let value = pattern(size, 40 + i as u8);
+        out.as_mut_slice()[..size].copy_from_slice(&value);
+        let key = format!("registered/{size}");
+        client
+            .put_from(key.as_bytes(), &out, size)
+            .await
+            .expect("put_from");
+        assert_eq!(
+            client
+                .get_into_buffer(key.as_bytes(), &mut inp)
+                .await
+                .unwrap(),
+            Some(size)
+        );
+        assert!(inp.as_slice()[..size] == value[..], "{size}: differs");
+        // The unregistered path reads the same bytes.
+        assert!(client.get(key.as_bytes()).await.unwrap().unwrap() == value);
+    }
+    assert_eq!(
+        client
+            .get_into_buffer(b"registered/none", &mut inp)
+            .await
+            .unwrap(),
+        None
+    );
+    let mut small = client.register_buffer(16).unwrap();
+    let err = client
+        .get_into_buffer(b"registered/4096", &mut small)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("exceeds the limit of 16"), "{err}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_refusing_rdma_sends_auto_to_tcp_and_strict_to_an_error() {
     let Some((server_dev, rail)) =
         rxe_or_skip("a_server_refusing_rdma_sends_auto_to_tcp_and_strict_to_an_error")
