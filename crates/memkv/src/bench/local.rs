@@ -24,15 +24,32 @@ pub fn arena_for(bytes: u64) -> u64 {
     wanted.div_ceil(ARENA_STEP).saturating_mul(ARENA_STEP)
 }
 
-pub async fn start(arena_bytes: u64, rdma: bool) -> anyhow::Result<Local> {
+/// Starts the server; `rdma` is `None` for TCP only, else `Some(device)` (`None` inside: the
+/// server's default device).
+pub async fn start(arena_bytes: u64, rdma: Option<Option<&str>>) -> anyhow::Result<Local> {
     let mut raw = [0u8; memkv_proto::AUTH_KEY_LEN];
     getrandom::fill(&mut raw)
         .map_err(|e| anyhow::anyhow!("no random source for the auth key: {e}"))?;
     let key = AuthKey::from_bytes(raw);
+    if let Some(Some(device)) = rdma
+        && (device.is_empty()
+            || !device
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)))
+    {
+        anyhow::bail!(
+            "--local-rdma-device {device:?}: not an RDMA device name such as rxe0 or mlx5_0"
+        );
+    }
+    let rdma = match rdma {
+        None => "  enabled: false\n".to_owned(),
+        Some(None) => "  enabled: true\n".to_owned(),
+        Some(Some(device)) => format!("  enabled: true\n  device: {device}\n"),
+    };
     let yaml = format!(
         "network:\n  address: 127.0.0.1:0\n  auth_key: {hex}\n\
          memory:\n  max_size: {mib} MiB\n\
-         rdma:\n  enabled: {rdma}\n",
+         rdma:\n{rdma}",
         hex = key.to_hex(),
         mib = arena_bytes >> 20,
     );

@@ -79,6 +79,13 @@ pub struct BenchArgs {
     /// least one batch, at most --count].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub keys: Option<u64>,
+    /// RDMA devices the client uses as rails (overrides MEMKV_RDMA_DEVICES).
+    #[arg(long, value_name = "DEV,...", value_delimiter = ',')]
+    pub rails: Vec<String>,
+    /// With --local and --transport rdma: the RDMA device the in-process server serves its
+    /// arena on (default: the server's own default).
+    #[arg(long, value_name = "DEV", requires = "local")]
+    pub local_rdma_device: Option<String>,
     /// Ask the servers to MAC every payload too (HMAC-SHA256 over the value bytes), to
     /// measure what that option costs.
     #[arg(long)]
@@ -164,8 +171,12 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
             .iter()
             .map(|&s| s.saturating_mul(args.keys_for(s)));
         let arena = local::arena_for(largest.max().unwrap_or(0));
-        let local = local::start(arena, transport == Transport::Rdma).await?;
-        let config = ClientConfig::new([local.address.clone()], local.key.clone());
+        let rdma = (transport == Transport::Rdma).then_some(args.local_rdma_device.as_deref());
+        let local = local::start(arena, rdma).await?;
+        let mut config = ClientConfig::new([local.address.clone()], local.key.clone());
+        if let Ok(list) = std::env::var("MEMKV_RDMA_DEVICES") {
+            config.rdma_devices = list.split(',').map(|d| d.trim().to_owned()).collect();
+        }
         (config, Some(local))
     } else {
         let overrides = |name: &str| match name {
@@ -177,6 +188,9 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         (ClientConfig::from_env_with(&overrides)?, None)
     };
     config.transport = transport;
+    if !args.rails.is_empty() {
+        config.rdma_devices = args.rails.clone();
+    }
     config.payload_mac |= args.payload_mac;
     if let Some(n) = args.connections {
         config.num_connections = n as usize;
@@ -212,13 +226,16 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         println!("{}", report::table_header());
     }
     let result = sweep(&client, &args, stop, &setup).await;
+    let used = client.transport();
     drop(client);
     if let Some(local) = local {
         let _ = local.server.shutdown().await;
     }
     let rows = result?;
     if args.json {
-        println!("{}", report::json(&setup, &rows));
+        let mut doc = report::json(&setup, &rows);
+        doc["transport_used"] = used.into();
+        println!("{doc}");
     }
     Ok(())
 }
