@@ -356,3 +356,73 @@ async fn two_phase_put_and_pinned_lookup_over_tcp_control() {
     assert!(String::from_utf8_lossy(&msg).contains("RDMA"));
     server.shutdown().await.unwrap();
 }
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: memkv\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+fn counter(metrics: &str, op: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("memkv_ops_total{")
+                && l.contains(&format!("op=\"{op}\""))
+                && l.contains("status=\"Ok\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn admin_endpoints_describe_the_real_server_and_metrics_move_with_work() {
+    let server = Server::start(config("")).await.unwrap();
+    let admin = server.admin_addr();
+    let (code, body) = http_get(admin, "/v1/health").await;
+    assert_eq!(code, 200, "{body}");
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health["status"], "healthy");
+    assert_eq!(health["rdma_active"], false);
+    assert_eq!(http_get(admin, "/v1/ready").await, (200, "ok".to_owned()));
+    let before = counter(&http_get(admin, "/v1/metrics").await.1, "TcpPut");
+    let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    for i in 0..5u8 {
+        assert_eq!(
+            c.call(Opcode::TcpPut, &[b'm', i], &[i; 1000]).await.0,
+            Status::Ok
+        );
+    }
+    let after = counter(&http_get(admin, "/v1/metrics").await.1, "TcpPut");
+    // Other tests in this process may add more; ours add at least five.
+    assert!(
+        after >= before + 5.0,
+        "TcpPut ok count went from {before} to {after}"
+    );
+    let (code, body) = http_get(admin, "/v1/status").await;
+    assert_eq!(code, 200);
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["storage"]["mode"], "memory");
+    assert_eq!(status["storage"]["blocks"], 5);
+    assert!(status["storage"]["used_bytes_total"].as_u64().unwrap() >= 5000);
+    assert_eq!(status["connections"]["current"], 1);
+    assert_eq!(status["transports"]["tcp"], true);
+    assert!(status["rdma"]["reason"].as_str().unwrap().len() > 5);
+    drop(c);
+    server.shutdown().await.unwrap();
+}
