@@ -61,6 +61,22 @@ fn verify(server: &str, bytes: &[u8], expected: u64) -> Result<()> {
 }
 
 impl Client {
+    /// `work` under the per-operation deadline.
+    async fn within<T>(
+        &self,
+        server: &str,
+        op: &'static str,
+        work: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        tokio::time::timeout(self.timeout, work)
+            .await
+            .map_err(|_| Error::Timeout {
+                server: server.to_owned(),
+                op,
+                after: self.timeout,
+            })?
+    }
+
     /// Registers `len` bytes of memory for zero-copy [`Client::put_from`] and
     /// [`Client::get_into_buffer`]. Needs an active RDMA transport.
     pub fn register_buffer(&self, len: usize) -> Result<RdmaBuffer> {
@@ -140,13 +156,7 @@ impl Client {
             verify(&server, &buf.as_slice()[..len], pin.checksum)?;
             Ok(Some(len))
         };
-        tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| Error::Timeout {
-                server: server.clone(),
-                op: "get",
-                after: self.timeout,
-            })?
+        self.within(&server, "get", work).await
     }
 
     async fn lookup_pin(&self, index: usize, key: &[u8]) -> Result<Option<LookupResponse>> {
@@ -294,13 +304,7 @@ impl Client {
                 _ => Err(Error::from_status(&server, r.status, &r.payload)),
             }
         };
-        tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| Error::Timeout {
-                server: server.clone(),
-                op: "put",
-                after: self.timeout,
-            })?
+        self.within(&server, "put", work).await
     }
 
     /// A get with the value moved by RDMA READ from the server's arena, checked against its
@@ -342,13 +346,7 @@ impl Client {
             verify(&server, buf, pin.checksum).inspect_err(|_| buf.clear())?;
             Ok(true)
         };
-        tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| Error::Timeout {
-                server: server.clone(),
-                op: "get",
-                after: self.timeout,
-            })?
+        self.within(&server, "get", work).await
     }
 
     /// `"rdma"` while RDMA carries values, else `"tcp"`.
