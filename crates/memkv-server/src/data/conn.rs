@@ -67,8 +67,12 @@ pub async fn serve(
         peer,
         queue_pairs: Vec::new(),
     };
-    if let Err(reason) = conn.read_loop(shutdown).await {
-        tracing::info!(%peer, %reason, "closing connection");
+    match conn.read_loop(shutdown).await {
+        Err(reason @ (Closed::Eof | Closed::Draining)) => {
+            tracing::debug!(%peer, %reason, "closing connection")
+        }
+        Err(reason) => tracing::info!(%peer, %reason, "closing connection"),
+        Ok(()) => {}
     }
     drop(conn);
     let _ = writer.await;
