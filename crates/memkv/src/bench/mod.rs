@@ -79,6 +79,11 @@ pub struct BenchArgs {
     /// least one batch, at most --count].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub keys: Option<u64>,
+    /// With --transport rdma: put from and get into a registered buffer per task (zero-copy,
+    /// `put_from` / `get_into_buffer`) instead of the plain calls, which stage through the
+    /// client's own registered memory. Single-key only (--batch 1).
+    #[arg(long)]
+    pub registered: bool,
     /// RDMA devices the client uses as rails (overrides MEMKV_RDMA_DEVICES).
     #[arg(long, value_name = "DEV,...", value_delimiter = ',')]
     pub rails: Vec<String>,
@@ -129,6 +134,15 @@ pub fn run(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
     crate::start::init_client_logging();
     if args.memcpy {
         return run_memcpy(&args);
+    }
+    if args.registered
+        && (args.transport != BenchTransport::Rdma || args.batch > 1 || args.op == Op::Exists)
+    {
+        return Err(Exit::with(
+            exit::USAGE,
+            "--registered needs --transport rdma, single-key calls (--batch 1) and an op that \
+             moves values",
+        ));
     }
     if args.local && global.servers.is_some() {
         return Err(Exit::with(
@@ -235,6 +249,7 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
     if args.json {
         let mut doc = report::json(&setup, &rows);
         doc["transport_used"] = used.into();
+        doc["registered"] = args.registered.into();
         println!("{doc}");
     }
     Ok(())
@@ -256,6 +271,7 @@ async fn sweep(
             stop,
             keys: Arc::new(workload::key_space(size, args.keys_for(size))),
             value: Arc::new(workload::value_of(size)),
+            registered: args.registered,
         };
         let label = format!("{} {}", args.op.as_str(), units::format_size(size));
         if plan.op.reads() {

@@ -104,3 +104,16 @@ fn the_default_key_space_is_about_256_mib_and_holds_a_batch() {
     let counted = parse(&["--count", "200"]).unwrap();
     assert_eq!(counted.keys_for(4 << 10), 200);
 }
+
+#[test]
+fn registered_buffers_need_single_key_rdma_calls() {
+    for args in [
+        &["--registered"][..],
+        &["--registered", "--transport", "rdma", "--batch", "4"],
+        &["--registered", "--transport", "rdma", "--op", "exists"],
+    ] {
+        let err = run(&GlobalArgs::default(), parse(args).unwrap()).unwrap_err();
+        assert_eq!(err.code, exit::USAGE, "{args:?}");
+        assert!(err.message.unwrap().contains("--registered"));
+    }
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use memkv_client::Client;
+use memkv_client::{Client, RdmaBuffer};
 use tokio::time::Instant;
 
 use super::histogram::Histogram;
@@ -60,6 +60,8 @@ pub struct Plan {
     pub stop: Stop,
     pub keys: Arc<Vec<Vec<u8>>>,
     pub value: Arc<Vec<u8>>,
+    /// Single-key puts and gets from/into an RDMA-registered buffer per task (zero-copy).
+    pub registered: bool,
 }
 
 /// What a run measured. Latency is per call (one batch when `batch` > 1), one sample each.
@@ -186,6 +188,10 @@ impl Worker {
         let mut latency = Histogram::default();
         let mut items = 0u64;
         let mut buf = Vec::new();
+        let mut registered = match self.plan.registered {
+            true => Some(self.registered_buffer()?),
+            false => None,
+        };
         let batch = self.plan.batch as u64;
         loop {
             let n = match (self.plan.stop, self.deadline) {
@@ -207,7 +213,9 @@ impl Worker {
                 Op::Get | Op::Exists => false,
             };
             let began = Instant::now();
-            if n == 1 {
+            if let Some(rb) = registered.as_mut() {
+                self.registered(&keys[start], put, rb).await?;
+            } else if n == 1 {
                 self.single(&keys[start], put, &mut buf).await?;
             } else {
                 let picked: Vec<&[u8]> = (0..n)
@@ -224,6 +232,24 @@ impl Worker {
             elapsed: Duration::ZERO,
             latency,
         })
+    }
+
+    fn registered_buffer(&self) -> Result<RdmaBuffer, Failure> {
+        let mut rb = self.client.register_buffer(self.plan.size as usize)?;
+        rb.as_mut_slice().copy_from_slice(&self.plan.value);
+        Ok(rb)
+    }
+
+    async fn registered(&self, key: &[u8], put: bool, rb: &mut RdmaBuffer) -> Result<(), Failure> {
+        let client = &self.client;
+        if put {
+            return Ok(client.put_from(key, rb, rb.len()).await?);
+        }
+        let found = match client.get_into_buffer(key, rb).await? {
+            Some(len) => self.check_len(key, len)?,
+            None => false,
+        };
+        self.found(key, found)
     }
 
     async fn single(&self, key: &[u8], put: bool, buf: &mut Vec<u8>) -> Result<(), Failure> {
