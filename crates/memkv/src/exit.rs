@@ -47,15 +47,10 @@ pub fn for_error(err: &Error) -> i32 {
         Error::Unreachable { .. } | Error::Disconnected { .. } => UNREACHABLE,
         Error::Timeout { .. } => TIMEOUT,
         Error::UnsupportedVersion { .. } => UNSUPPORTED_VERSION,
-        // Strict RDMA without a usable rail: "not available in this build" from a TCP-only
-        // build, "RDMA unavailable: ..." from one with the RDMA data plane.
-        e if rdma_unavailable(&e.to_string()) => RDMA_UNAVAILABLE,
+        // Strict RDMA without a usable rail, or an RDMA transfer that failed.
+        Error::RdmaUnavailable { .. } | Error::Rdma { .. } => RDMA_UNAVAILABLE,
         _ => FAILURE,
     }
-}
-
-fn rdma_unavailable(message: &str) -> bool {
-    message.contains("not available in this build") || message.contains("RDMA unavailable")
 }
 
 /// An error that ends the command with a chosen code.
@@ -133,6 +128,13 @@ mod tests {
         assert_eq!(
             for_error(&Error::RdmaUnavailable {
                 reason: "no RDMA devices".into()
+            }),
+            RDMA_UNAVAILABLE
+        );
+        assert_eq!(
+            for_error(&Error::Rdma {
+                server: "s:1".into(),
+                reason: "QP error".into()
             }),
             RDMA_UNAVAILABLE
         );
