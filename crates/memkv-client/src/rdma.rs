@@ -54,7 +54,7 @@ pub(crate) struct RdmaPath {
     _fabric: Fabric,
 }
 
-fn rdma_err(server: &str, reason: impl std::fmt::Display) -> Error {
+pub(crate) fn rdma_err(server: &str, reason: impl std::fmt::Display) -> Error {
     Error::Rdma {
         server: server.to_owned(),
         reason: reason.to_string(),

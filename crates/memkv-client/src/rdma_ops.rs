@@ -7,15 +7,8 @@ use memkv_proto::messages::{
 use memkv_proto::{Opcode, Status, checksum};
 
 use crate::client::Client;
-use crate::rdma::RdmaPath;
+use crate::rdma::{RdmaPath, rdma_err};
 use crate::{Error, Result};
-
-fn rdma_err(server: &str, reason: impl std::fmt::Display) -> Error {
-    Error::Rdma {
-        server: server.to_owned(),
-        reason: reason.to_string(),
-    }
-}
 
 /// Caller memory registered once with the client's RDMA rail: puts from it and gets into it
 /// move bytes between it and the server's arena with no copy.

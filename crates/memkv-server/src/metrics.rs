@@ -142,8 +142,8 @@ pub fn record_evictions(blocks: u64) {
     metrics::counter!(EVICTIONS_TOTAL).increment(blocks);
 }
 
-pub fn record_checksum_failure() {
-    metrics::counter!(CHECKSUM_FAILURES_TOTAL).increment(1);
+pub fn record_checksum_failures(blocks: u64) {
+    metrics::counter!(CHECKSUM_FAILURES_TOTAL).increment(blocks);
 }
 
 pub fn record_auth_failure() {

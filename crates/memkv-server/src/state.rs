@@ -82,8 +82,8 @@ impl Shared {
         let before = self
             .last_checksum_failures
             .swap(stats.checksum_failures, Ordering::Relaxed);
-        for _ in before..stats.checksum_failures {
-            crate::metrics::record_checksum_failure();
+        if stats.checksum_failures > before {
+            crate::metrics::record_checksum_failures(stats.checksum_failures - before);
         }
     }
 }

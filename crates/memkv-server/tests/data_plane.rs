@@ -266,6 +266,20 @@ async fn file_mode_keeps_acknowledged_blocks_across_restart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+async fn allocate_three_bytes(
+    c: &mut support::raw::Raw,
+) -> memkv_proto::messages::AllocateResponse {
+    use memkv_proto::messages::*;
+    let request = AllocateRequest {
+        len: 3,
+        lease_ms: 0,
+    }
+    .encode();
+    let (status, body) = c.call(Opcode::Allocate, b"two", &request).await;
+    assert_eq!(status, Status::Ok, "{}", String::from_utf8_lossy(&body));
+    AllocateResponse::decode(&body).unwrap()
+}
+
 #[tokio::test]
 async fn two_phase_put_and_pinned_lookup_over_tcp_control() {
     use memkv_proto::messages::*;
@@ -273,19 +287,7 @@ async fn two_phase_put_and_pinned_lookup_over_tcp_control() {
     let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
         .await
         .unwrap();
-    let (status, body) = c
-        .call(
-            Opcode::Allocate,
-            b"two",
-            &AllocateRequest {
-                len: 3,
-                lease_ms: 0,
-            }
-            .encode(),
-        )
-        .await;
-    assert_eq!(status, Status::Ok);
-    let alloc = AllocateResponse::decode(&body).unwrap();
+    let alloc = allocate_three_bytes(&mut c).await;
     // Nothing was written into the reservation (no RDMA here): zeros commit with their checksum.
     let wrong = CommitRequest {
         reservation: alloc.reservation,
@@ -295,19 +297,7 @@ async fn two_phase_put_and_pinned_lookup_over_tcp_control() {
         c.call(Opcode::Commit, &[], &wrong.encode()).await.0,
         Status::ChecksumMismatch
     );
-    let (status, body) = c
-        .call(
-            Opcode::Allocate,
-            b"two",
-            &AllocateRequest {
-                len: 3,
-                lease_ms: 0,
-            }
-            .encode(),
-        )
-        .await;
-    assert_eq!(status, Status::Ok);
-    let alloc = AllocateResponse::decode(&body).unwrap();
+    let alloc = allocate_three_bytes(&mut c).await;
     assert_eq!(
         c.call(Opcode::Exists, b"two", &[]).await.0,
         Status::NotFound,

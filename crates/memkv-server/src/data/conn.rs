@@ -21,6 +21,15 @@ use crate::state::Shared;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Responses queued for the writer before the reader waits.
 const RESPONSE_QUEUE: usize = 256;
+/// Limits that only check the header's shape: used to recover the request id of a frame
+/// refused for its lengths or sequence, so the refusal can answer it by name. Nothing is
+/// allocated from a header decoded with these.
+const ANSWERABLE: memkv_proto::Limits = memkv_proto::Limits {
+    max_key_len: usize::MAX,
+    max_value_len: u64::MAX,
+    max_frame_payload: u64::MAX,
+    max_batch_items: usize::MAX,
+};
 /// The in-flight byte budget is counted in units of this many bytes.
 const BUDGET_UNIT: u64 = 1024;
 
@@ -160,16 +169,7 @@ impl Connection {
                         .await;
                 }
                 Err(e) => {
-                    let h = Header::decode(
-                        &raw,
-                        &memkv_proto::Limits {
-                            max_key_len: usize::MAX,
-                            max_value_len: u64::MAX,
-                            max_frame_payload: u64::MAX,
-                            max_batch_items: usize::MAX,
-                        },
-                    )
-                    .ok();
+                    let h = Header::decode(&raw, &ANSWERABLE).ok();
                     return match h {
                         Some(h) => self.reject(&h, e).await,
                         None => Err(Closed::Protocol(e)),

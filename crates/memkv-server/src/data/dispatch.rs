@@ -198,20 +198,23 @@ fn lookup(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing {
     };
     let granted = lease(req.lease_ms, shared.config.storage.pin_lease);
     match shared.store.lookup(key, granted) {
-        Ok(Some(p)) => ok(
-            h,
-            Body::Owned(
-                LookupResponse {
-                    pin: p.pin_id,
-                    addr: remote(shared, Some(p.arena_offset)).0,
-                    rkey: remote(shared, Some(p.arena_offset)).1,
-                    lease_ms: granted.min(shared.config.storage.pin_lease).as_millis() as u32,
-                    len: p.len,
-                    checksum: p.checksum,
-                }
-                .encode(),
-            ),
-        ),
+        Ok(Some(p)) => {
+            let (addr, rkey) = remote(shared, Some(p.arena_offset));
+            ok(
+                h,
+                Body::Owned(
+                    LookupResponse {
+                        pin: p.pin_id,
+                        addr,
+                        rkey,
+                        lease_ms: granted.min(shared.config.storage.pin_lease).as_millis() as u32,
+                        len: p.len,
+                        checksum: p.checksum,
+                    }
+                    .encode(),
+                ),
+            )
+        }
         Ok(None) => Outgoing::error(h, Status::NotFound, "no such key"),
         Err(e) => fail(h, &e),
     }
