@@ -75,6 +75,15 @@ impl AuthKey {
     pub(crate) fn mac(&self) -> HmacSha256 {
         keyed(&self.0)
     }
+
+    /// The DC access key of servers and clients sharing this auth key: the first 8 bytes
+    /// (little-endian) of HMAC-SHA256(key, "memkv dc access key v1"). A DC target accepts only
+    /// initiators presenting it, so a host without the auth key cannot reach the arena over
+    /// DC; deriving it means no extra secret to distribute.
+    pub fn dc_access_key(&self) -> u64 {
+        let tag = hmac_parts(&self.mac(), &[b"memkv dc access key v1"]);
+        u64::from_le_bytes(tag[..8].try_into().expect("8 bytes"))
+    }
 }
 
 impl std::fmt::Debug for AuthKey {
@@ -172,6 +181,15 @@ pub(crate) fn macs_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dc_access_key_matches_an_independent_hmac_and_differs_per_key() {
+        // Expected value computed with Python's hmac module over key bytes 0..32.
+        let key = AuthKey::from_bytes(std::array::from_fn(|i| i as u8));
+        assert_eq!(key.dc_access_key(), 0x561542d1b5dfd81e);
+        let other = AuthKey::from_bytes([7; AUTH_KEY_LEN]);
+        assert_ne!(other.dc_access_key(), key.dc_access_key());
+    }
 
     #[test]
     fn hex_round_trip_and_errors_do_not_echo() {

@@ -4,9 +4,9 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 1 | layout version (1) |
-//! | 1 | 1 | flags: bit 0 LID present, bit 1 RC capable, bit 2 DC capable, bit 3 full P_Key membership |
+//! | 1 | 1 | flags: bit 0 LID present, bit 1 RC capable, bit 2 DC capable, bit 3 full P_Key membership, bit 4 DC target (response) |
 //! | 2 | 2 | LID (InfiniBand; 0 when absent) |
-//! | 4 | 4 | queue pair number |
+//! | 4 | 4 | queue pair number (with bit 4: the server's DC target number) |
 //! | 8 | 4 | initial packet sequence number (24 bits used) |
 //! | 12 | 16 | GID |
 //! | 28 | 4 | source GID index the sender uses |
@@ -28,6 +28,7 @@ const FLAG_LID: u8 = 1 << 0;
 const FLAG_RC: u8 = 1 << 1;
 const FLAG_DC: u8 = 1 << 2;
 const FLAG_FULL_MEMBER: u8 = 1 << 3;
+const FLAG_DC_TARGET: u8 = 1 << 4;
 
 /// One side's queue pair and port, as advertised in Connect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,6 +38,10 @@ pub struct RdmaEndpoint {
     pub rc_capable: bool,
     pub dc_capable: bool,
     pub full_member: bool,
+    /// Response only: the server chose DC for this client; `qp_num` is its DC target (DCT)
+    /// number, reached from the client's DC initiators with the access key both sides derive
+    /// from the auth key ([`crate::AuthKey::dc_access_key`]). No RC pair was created for it.
+    pub dc_target: bool,
     pub qp_num: u32,
     pub psn: u32,
     pub gid: [u8; 16],
@@ -62,7 +67,8 @@ impl RdmaEndpoint {
                 FLAG_FULL_MEMBER
             } else {
                 0
-            });
+            })
+            | (if self.dc_target { FLAG_DC_TARGET } else { 0 });
         out.push(CONNECT_LAYOUT_VERSION);
         out.push(flags);
         out.extend_from_slice(&self.lid.unwrap_or(0).to_le_bytes());
@@ -113,6 +119,7 @@ impl RdmaEndpoint {
             rc_capable: flags & FLAG_RC != 0,
             dc_capable: flags & FLAG_DC != 0,
             full_member: flags & FLAG_FULL_MEMBER != 0,
+            dc_target: flags & FLAG_DC_TARGET != 0,
             qp_num,
             psn,
             gid,
@@ -133,8 +140,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(lid in proptest::option::of(any::<u16>()), qp in any::<u32>(), psn in any::<u32>(), gid in any::<[u8; 16]>(), addr in any::<u64>(), rkey in any::<u32>(), mtu_i in 0usize..5) {
-            let e = RdmaEndpoint { lid, rc_capable: true, dc_capable: false, full_member: true, qp_num: qp, psn, gid, gid_index: 1, subnet_prefix: 0xfe80 << 48, mtu: [256, 512, 1024, 2048, 4096][mtu_i], pkey_index: 0, arena_addr: addr, arena_rkey: rkey };
+        fn round_trips(lid in proptest::option::of(any::<u16>()), qp in any::<u32>(), psn in any::<u32>(), gid in any::<[u8; 16]>(), addr in any::<u64>(), rkey in any::<u32>(), mtu_i in 0usize..5, dc in any::<bool>()) {
+            let e = RdmaEndpoint { lid, rc_capable: true, dc_capable: dc, full_member: true, dc_target: dc, qp_num: qp, psn, gid, gid_index: 1, subnet_prefix: 0xfe80 << 48, mtu: [256, 512, 1024, 2048, 4096][mtu_i], pkey_index: 0, arena_addr: addr, arena_rkey: rkey };
             let bytes = e.encode();
             prop_assert_eq!(bytes.len(), RdmaEndpoint::LEN);
             prop_assert_eq!(RdmaEndpoint::decode(&bytes), Ok(e));

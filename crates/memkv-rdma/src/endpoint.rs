@@ -22,6 +22,7 @@ pub(crate) fn advertise(
         // DC is not implemented (see the crate README); never advertise it.
         dc_capable: false,
         full_member: local.pkey_membership == Membership::Full,
+        dc_target: false,
         qp_num,
         psn,
         gid: local.gid.0,
