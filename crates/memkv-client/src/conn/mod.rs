@@ -7,6 +7,7 @@
 //! answers. A frame that fails verification, or a request abandoned half-written, closes the
 //! connection and fails everything outstanding on it.
 
+mod checksum;
 mod handshake;
 mod io;
 mod pending;
@@ -14,7 +15,7 @@ mod pending;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use memkv_proto::{Header, Limits, Opcode, Sealer, Status, checksum};
+use memkv_proto::{Header, Limits, Opcode, Sealer, Status};
 use tokio::io::BufReader;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Mutex;
