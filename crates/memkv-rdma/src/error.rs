@@ -3,6 +3,7 @@
 use memkv_fabric::FabricError;
 use thiserror::Error;
 
+use crate::dc::DcUnavailable;
 use crate::status::WcStatus;
 
 /// Why a data plane call did not do what it was asked.
@@ -68,6 +69,10 @@ pub enum RdmaError {
 
     #[error("the peer's endpoint is unusable: {reason}")]
     BadPeerEndpoint { reason: String },
+
+    /// Dynamically Connected transport cannot run on the device; the reason names it.
+    #[error("DC transport unavailable: {0}")]
+    DcUnavailable(#[from] DcUnavailable),
 
     #[error("invalid argument {name} = {value}: {limit}")]
     InvalidArgument {

@@ -9,13 +9,16 @@
 //!   [`RcQueuePair::write`] / [`RcQueuePair::read`] and their batched forms ([`block_on`]
 //!   runs them from plain threads). A completion thread per queue pair settles operations; a per-peer congestion window ([`window`])
 //!   bounds the work requests in flight.
+//! - [`dc`]: Dynamically Connected transport on mlx5 ([`DcTarget`], [`DciPool`],
+//!   [`choose_transport`]); built and unit-tested, untested on hardware.
 //!
 //! `unsafe` lives in the verbs and memory layers (`core`, `post`, `completion`, `memory`,
-//! `staging`, `device`).
+//! `staging`, `device`, `dc::verbs`, `dc::post`, `dc::completion`).
 
 pub mod block;
 mod completion;
 mod core;
+pub mod dc;
 pub mod device;
 mod endpoint;
 pub mod error;
@@ -38,6 +41,10 @@ pub mod window;
 mod metrics_probe;
 
 pub use block::block_on;
+pub use dc::{
+    DcPeer, DcSupport, DcTarget, DcUnavailable, DciPool, Transport, TransportDecision,
+    TransportPreference, choose_transport,
+};
 pub use device::{PortLimits, RdmaDevice};
 pub use error::RdmaError;
 pub use gate::PeerWindow;

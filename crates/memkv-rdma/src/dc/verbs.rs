@@ -1,0 +1,479 @@
+//! The mlx5dv and verbs calls behind DC: querying DC resources, creating DC targets and
+//! initiators, moving them through their states, SRQs and address handles. Every object is
+//! owned by a value that destroys it when dropped.
+
+use std::ptr::NonNull;
+
+use memkv_fabric::{AddressPlan, Mtu};
+use rdma_mummy_sys::{
+    MLX5DV_DCTYPE_DCI, MLX5DV_DCTYPE_DCT, ibv_access_flags, ibv_ah, ibv_ah_attr, ibv_cq, ibv_gid,
+    ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_create_send_ops_flags, ibv_qp_ex,
+    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_state, ibv_qp_type, ibv_srq,
+    ibv_srq_init_attr, mlx5dv_context, mlx5dv_context_comp_mask, mlx5dv_qp_ex, mlx5dv_qp_init_attr,
+    mlx5dv_qp_init_attr_mask,
+};
+use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionQueue as _};
+
+use crate::device::RdmaDevice;
+use crate::error::RdmaError;
+use crate::qp::QpOptions;
+
+/// DC resources as `mlx5dv_query_device` reports them; `None` when the library does not know
+/// the field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mlx5DcAttrs {
+    pub max_dc_rd_atom: Option<u64>,
+    pub max_dc_init_rd_atom: Option<u64>,
+}
+
+/// Asks mlx5dv for the device's DC resources. Only call it on an mlx5 device. Err: errno.
+pub(crate) fn query_dc_attrs(device: &RdmaDevice) -> Result<Mlx5DcAttrs, i32> {
+    let bit = mlx5dv_context_comp_mask::MLX5DV_CONTEXT_MASK_MAX_DC_RD_ATOM.0;
+    // SAFETY: mlx5dv_context is plain C data (integers and a pointer the library may set);
+    // all-zero is a valid value.
+    let mut attrs: mlx5dv_context = unsafe { std::mem::zeroed() };
+    attrs.comp_mask = u64::from(bit);
+    // SAFETY: the context is open for as long as `device` lives; `attrs` is a writable
+    // mlx5dv_context of the size these headers declare, and the library writes only fields
+    // whose comp_mask bits it knows. The caller checked that the device is mlx5.
+    let rc = unsafe { rdma_mummy_sys::mlx5dv_query_device(context_ptr(device), &mut attrs) };
+    if rc != 0 {
+        return Err(rc);
+    }
+    let reported = attrs.comp_mask & u64::from(bit) != 0;
+    Ok(Mlx5DcAttrs {
+        max_dc_rd_atom: reported.then_some(attrs.max_dc_rd_atom),
+        max_dc_init_rd_atom: reported.then_some(attrs.max_dc_init_rd_atom),
+    })
+}
+
+/// Creates one DC initiator and destroys it again. Err: errno.
+pub(crate) fn probe_dci(device: &RdmaDevice) -> Result<(), i32> {
+    let cq = device
+        .context()
+        .create_cq_builder()
+        .setup_cqe(1)
+        .build()
+        .map_err(|_| libc::ENOMEM)?;
+    let qp = RawQp::create(device, &cq, DcRole::Initiator { depth: 1 }).map_err(|e| match e {
+        RdmaError::Verbs { errno, .. } => errno,
+        _ => libc::EINVAL,
+    })?;
+    drop(qp);
+    Ok(())
+}
+
+/// What a DC queue pair is for.
+pub(crate) enum DcRole<'a> {
+    /// A DC target answering one-sided operations presenting `key`, with `srq` as its (never
+    /// used) receive queue.
+    Target { srq: &'a RawSrq, key: u64 },
+    /// A DC initiator with `depth` send queue entries.
+    Initiator { depth: u32 },
+}
+
+/// A queue pair made by `mlx5dv_create_qp`. Destroyed when dropped; drop it before its CQ.
+pub(crate) struct RawQp {
+    qp: NonNull<ibv_qp>,
+    device: String,
+}
+
+// SAFETY: libibverbs objects may be used from any thread; posting on a DCI is serialised by
+// its owner's mutex, and modify/destroy are thread-safe in the provider.
+unsafe impl Send for RawQp {}
+// SAFETY: as above.
+unsafe impl Sync for RawQp {}
+
+impl RawQp {
+    pub fn create(
+        device: &RdmaDevice,
+        cq: &BasicCompletionQueue,
+        role: DcRole<'_>,
+    ) -> Result<Self, RdmaError> {
+        // SAFETY: the CQ outlives the queue pair (callers drop the pair first).
+        let cq_ptr: *mut ibv_cq = unsafe { cq.cq() }.as_ptr();
+        // SAFETY: both are plain C data; all-zero is a valid value of each.
+        let mut attr: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut dv: mlx5dv_qp_init_attr = unsafe { std::mem::zeroed() };
+        attr.qp_type = ibv_qp_type::IBV_QPT_DRIVER;
+        attr.send_cq = cq_ptr;
+        attr.recv_cq = cq_ptr;
+        attr.pd = pd_ptr(device);
+        attr.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+        dv.comp_mask = mlx5dv_qp_init_attr_mask::MLX5DV_QP_INIT_ATTR_MASK_DC
+            .0
+            .into();
+        match role {
+            DcRole::Target { srq, key } => {
+                attr.srq = srq.srq.as_ptr();
+                dv.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCT;
+                // SAFETY: writes the union member a DCT uses.
+                unsafe { *dv.dc_init_attr.__bindgen_anon_1.dct_access_key.as_mut() = key };
+            }
+            DcRole::Initiator { depth } => {
+                attr.cap.max_send_wr = depth;
+                attr.cap.max_send_sge = 1;
+                attr.comp_mask |= ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0;
+                attr.send_ops_flags = u64::from(
+                    (ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_WRITE
+                        | ibv_qp_create_send_ops_flags::IBV_QP_EX_WITH_RDMA_READ)
+                        .0,
+                );
+                dv.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCI;
+            }
+        }
+        // SAFETY: the context, PD, CQ and SRQ named in `attr` are alive; both attribute
+        // structs are fully initialised and outlive the call. On a provider other than mlx5
+        // the call fails with EOPNOTSUPP (rdma-core checks the provider; the mummy wrapper
+        // does the same when libmlx5 is missing).
+        let qp =
+            unsafe { rdma_mummy_sys::mlx5dv_create_qp(context_ptr(device), &mut attr, &mut dv) };
+        match NonNull::new(qp) {
+            Some(qp) => Ok(Self {
+                qp,
+                device: device.name().to_owned(),
+            }),
+            None => Err(RdmaError::verbs(
+                "mlx5dv_create_qp",
+                device.name(),
+                &std::io::Error::last_os_error(),
+            )),
+        }
+    }
+
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: the queue pair is alive while `self` is; qp_num is set at creation.
+        unsafe { self.qp.as_ref().qp_num }
+    }
+
+    /// Turns a DCI into an [`Initiator`] with its extended posting interfaces.
+    pub fn into_initiator(self) -> Result<Initiator, RdmaError> {
+        let (qpx, dv) = self.posting()?;
+        Ok(Initiator { qp: self, qpx, dv })
+    }
+
+    /// The extended posting interfaces (`ibv_wr_*`, `mlx5dv_wr_set_dc_addr`) of a DCI.
+    fn posting(&self) -> Result<(NonNull<ibv_qp_ex>, NonNull<mlx5dv_qp_ex>), RdmaError> {
+        let fail = |call| RdmaError::Verbs {
+            call,
+            device: self.device.clone(),
+            errno: 0,
+            reason: "the provider returned no extended queue pair".into(),
+        };
+        // SAFETY: the queue pair is alive and was created with send_ops_flags.
+        let qpx = NonNull::new(unsafe { rdma_mummy_sys::ibv_qp_to_qp_ex(self.qp.as_ptr()) })
+            .ok_or_else(|| fail("ibv_qp_to_qp_ex"))?;
+        // SAFETY: `qpx` belongs to a queue pair made by mlx5dv_create_qp.
+        let dv = NonNull::new(unsafe { rdma_mummy_sys::mlx5dv_qp_ex_from_ibv_qp_ex(qpx.as_ptr()) })
+            .ok_or_else(|| fail("mlx5dv_qp_ex_from_ibv_qp_ex"))?;
+        Ok((qpx, dv))
+    }
+
+    fn modify(
+        &self,
+        call: &'static str,
+        attr: &mut ibv_qp_attr,
+        mask: ibv_qp_attr_mask,
+    ) -> Result<(), RdmaError> {
+        // SAFETY: the queue pair is alive; `attr` is initialised and outlives the call.
+        let rc = unsafe { rdma_mummy_sys::ibv_modify_qp(self.qp.as_ptr(), attr, mask.0 as i32) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(RdmaError::verbs_errno(call, &self.device, rc))
+        }
+    }
+
+    /// RESET -> INIT -> RTR: a DC target accepting remote READ and WRITE.
+    pub fn target_to_rtr(&self, path: &DcPath, options: &QpOptions) -> Result<(), RdmaError> {
+        use ibv_qp_attr_mask as m;
+        let mut init = blank_attr(ibv_qp_state::IBV_QPS_INIT);
+        init.pkey_index = path.pkey_index;
+        init.port_num = path.port;
+        init.qp_access_flags = (ibv_access_flags::IBV_ACCESS_REMOTE_WRITE
+            | ibv_access_flags::IBV_ACCESS_REMOTE_READ)
+            .0;
+        self.modify(
+            "ibv_modify_qp(DCT RESET->INIT)",
+            &mut init,
+            m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS,
+        )?;
+        let mut rtr = blank_attr(ibv_qp_state::IBV_QPS_RTR);
+        rtr.path_mtu = path.mtu.verbs_code();
+        rtr.min_rnr_timer = options.min_rnr_timer;
+        rtr.ah_attr = path.local_av();
+        self.modify(
+            "ibv_modify_qp(DCT INIT->RTR)",
+            &mut rtr,
+            m::IBV_QP_STATE | m::IBV_QP_MIN_RNR_TIMER | m::IBV_QP_AV | m::IBV_QP_PATH_MTU,
+        )
+    }
+
+    /// (RESET ->) INIT -> RTR -> RTS: a DC initiator ready to send to any target.
+    pub fn initiator_to_rts(
+        &self,
+        path: &DcPath,
+        options: &QpOptions,
+        rd_atomic: u8,
+    ) -> Result<(), RdmaError> {
+        use ibv_qp_attr_mask as m;
+        let mut reset = blank_attr(ibv_qp_state::IBV_QPS_RESET);
+        self.modify("ibv_modify_qp(DCI ->RESET)", &mut reset, m::IBV_QP_STATE)?;
+        let mut init = blank_attr(ibv_qp_state::IBV_QPS_INIT);
+        init.pkey_index = path.pkey_index;
+        init.port_num = path.port;
+        self.modify(
+            "ibv_modify_qp(DCI RESET->INIT)",
+            &mut init,
+            m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT,
+        )?;
+        let mut rtr = blank_attr(ibv_qp_state::IBV_QPS_RTR);
+        rtr.path_mtu = path.mtu.verbs_code();
+        rtr.ah_attr = path.local_av();
+        self.modify(
+            "ibv_modify_qp(DCI INIT->RTR)",
+            &mut rtr,
+            m::IBV_QP_STATE | m::IBV_QP_PATH_MTU | m::IBV_QP_AV,
+        )?;
+        let mut rts = blank_attr(ibv_qp_state::IBV_QPS_RTS);
+        rts.timeout = options.ack_timeout;
+        rts.retry_cnt = options.retry_count.min(7);
+        rts.rnr_retry = options.rnr_retry.min(7);
+        rts.max_rd_atomic = rd_atomic;
+        self.modify(
+            "ibv_modify_qp(DCI RTR->RTS)",
+            &mut rts,
+            m::IBV_QP_STATE
+                | m::IBV_QP_TIMEOUT
+                | m::IBV_QP_RETRY_CNT
+                | m::IBV_QP_RNR_RETRY
+                | m::IBV_QP_SQ_PSN
+                | m::IBV_QP_MAX_QP_RD_ATOMIC,
+        )
+    }
+
+    /// Moves the queue pair to the error state: the NIC flushes everything outstanding.
+    pub fn to_error(&self) -> Result<(), RdmaError> {
+        let mut attr = blank_attr(ibv_qp_state::IBV_QPS_ERR);
+        self.modify(
+            "ibv_modify_qp(->ERR)",
+            &mut attr,
+            ibv_qp_attr_mask::IBV_QP_STATE,
+        )
+    }
+}
+
+impl Drop for RawQp {
+    fn drop(&mut self) {
+        // SAFETY: the queue pair is alive and nothing else destroys it.
+        let rc = unsafe { rdma_mummy_sys::ibv_destroy_qp(self.qp.as_ptr()) };
+        if rc != 0 {
+            tracing::error!(device = %self.device, errno = rc, "ibv_destroy_qp of a DC queue pair failed");
+        }
+    }
+}
+
+/// A DC initiator and the interfaces work requests are built through.
+pub(crate) struct Initiator {
+    pub qp: RawQp,
+    pub qpx: NonNull<ibv_qp_ex>,
+    pub dv: NonNull<mlx5dv_qp_ex>,
+}
+
+// SAFETY: the pointers belong to `qp` and live as long as it; every use of them is under the
+// owner's mutex (one ibv_wr_start..ibv_wr_complete at a time per queue pair).
+unsafe impl Send for Initiator {}
+// SAFETY: as above.
+unsafe impl Sync for Initiator {}
+
+/// A non-blocking eventfd that wakes a completion thread.
+pub(crate) fn wake_fd(device: &str) -> Result<std::os::fd::OwnedFd, RdmaError> {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: eventfd has no memory preconditions; the result is checked below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(RdmaError::verbs(
+            "eventfd",
+            device,
+            &std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: `fd` is a freshly created descriptor nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+fn context_ptr(device: &RdmaDevice) -> *mut rdma_mummy_sys::ibv_context {
+    // SAFETY: the pointer is only used while `device` (which owns the context) is alive.
+    unsafe { device.context().context() }.as_ptr()
+}
+
+fn pd_ptr(device: &RdmaDevice) -> *mut rdma_mummy_sys::ibv_pd {
+    // SAFETY: the pointer is only used while `device` (which owns the PD) is alive.
+    unsafe { device.pd().pd() }.as_ptr()
+}
+
+fn blank_attr(state: ibv_qp_state::Type) -> ibv_qp_attr {
+    // SAFETY: ibv_qp_attr is plain C data; all-zero is a valid value.
+    let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    attr.qp_state = state;
+    attr
+}
+
+/// A shared receive queue for a DC target. One-sided operations consume no receive entries,
+/// so it stays empty; mlx5 requires one all the same.
+pub(crate) struct RawSrq {
+    srq: NonNull<ibv_srq>,
+    device: String,
+}
+
+// SAFETY: see RawQp; nothing is ever posted to this SRQ.
+unsafe impl Send for RawSrq {}
+// SAFETY: as above.
+unsafe impl Sync for RawSrq {}
+
+impl RawSrq {
+    pub fn create(device: &RdmaDevice) -> Result<Self, RdmaError> {
+        // SAFETY: plain C data; all-zero is a valid value.
+        let mut attr: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
+        attr.attr.max_wr = 1;
+        attr.attr.max_sge = 1;
+        // SAFETY: the protection domain is alive; `attr` outlives the call.
+        let srq = unsafe { rdma_mummy_sys::ibv_create_srq(pd_ptr(device), &mut attr) };
+        NonNull::new(srq)
+            .map(|srq| Self {
+                srq,
+                device: device.name().to_owned(),
+            })
+            .ok_or_else(|| {
+                RdmaError::verbs(
+                    "ibv_create_srq",
+                    device.name(),
+                    &std::io::Error::last_os_error(),
+                )
+            })
+    }
+}
+
+impl Drop for RawSrq {
+    fn drop(&mut self) {
+        // SAFETY: the SRQ is alive, and the DCT using it was dropped first (field order).
+        let rc = unsafe { rdma_mummy_sys::ibv_destroy_srq(self.srq.as_ptr()) };
+        if rc != 0 {
+            tracing::error!(device = %self.device, errno = rc, "ibv_destroy_srq failed");
+        }
+    }
+}
+
+/// An address handle towards one DC target's port.
+pub(crate) struct RawAh {
+    ah: NonNull<ibv_ah>,
+    device: String,
+}
+
+// SAFETY: an address handle is immutable after creation; posts only read it.
+unsafe impl Send for RawAh {}
+// SAFETY: as above.
+unsafe impl Sync for RawAh {}
+
+impl RawAh {
+    pub fn create(device: &RdmaDevice, plan: &AddressPlan) -> Result<Self, RdmaError> {
+        let mut attr = av(plan.port, plan.dest_lid, plan.service_level);
+        if let Some(grh) = plan.grh {
+            attr.is_global = 1;
+            attr.grh.dgid = ibv_gid { raw: grh.dgid.0 };
+            attr.grh.flow_label = grh.flow_label;
+            attr.grh.sgid_index = sgid_index(grh.sgid_index)?;
+            attr.grh.hop_limit = grh.hop_limit;
+            attr.grh.traffic_class = grh.traffic_class;
+        }
+        // SAFETY: the protection domain is alive; `attr` is initialised and outlives the call.
+        let ah = unsafe { rdma_mummy_sys::ibv_create_ah(pd_ptr(device), &mut attr) };
+        NonNull::new(ah)
+            .map(|ah| Self {
+                ah,
+                device: device.name().to_owned(),
+            })
+            .ok_or_else(|| {
+                RdmaError::verbs(
+                    "ibv_create_ah",
+                    device.name(),
+                    &std::io::Error::last_os_error(),
+                )
+            })
+    }
+
+    pub fn as_ptr(&self) -> *mut ibv_ah {
+        self.ah.as_ptr()
+    }
+}
+
+impl Drop for RawAh {
+    fn drop(&mut self) {
+        // SAFETY: the handle is alive; operations using it completed (a peer outlives none).
+        let rc = unsafe { rdma_mummy_sys::ibv_destroy_ah(self.ah.as_ptr()) };
+        if rc != 0 {
+            tracing::error!(device = %self.device, errno = rc, "ibv_destroy_ah failed");
+        }
+    }
+}
+
+fn av(port: u8, dlid: u16, sl: u8) -> ibv_ah_attr {
+    // SAFETY: ibv_ah_attr is plain C data; all-zero is a valid value.
+    let mut attr: ibv_ah_attr = unsafe { std::mem::zeroed() };
+    attr.port_num = port;
+    attr.dlid = dlid;
+    attr.sl = sl;
+    attr
+}
+
+fn sgid_index(index: u32) -> Result<u8, RdmaError> {
+    u8::try_from(index).map_err(|_| RdmaError::InvalidArgument {
+        name: "gid_index",
+        value: index.to_string(),
+        limit: "verbs address handles take a GID index of 0..=255",
+    })
+}
+
+/// This port's side of every DC path: what DC targets and initiators are moved to RTR with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DcPath {
+    pub port: u8,
+    pub pkey_index: u16,
+    pub service_level: u8,
+    /// RoCE (or a routed InfiniBand fabric): source GID index, traffic class, hop limit.
+    pub grh: Option<(u8, u8, u8)>,
+    /// One path MTU for every peer: an initiator's MTU is set once, not per target.
+    pub mtu: Mtu,
+}
+
+impl DcPath {
+    /// Built from the fabric's address of this port towards itself, which carries the source
+    /// GID index, traffic class, service level and MTU the fabric chose.
+    pub fn for_device(device: &RdmaDevice) -> Result<Self, RdmaError> {
+        let local = device.runtime().local_endpoint(device.plan())?;
+        let plan = device.runtime().address_for(device.plan(), &local)?;
+        let grh = plan
+            .grh
+            .map(|g| Ok::<_, RdmaError>((sgid_index(g.sgid_index)?, g.traffic_class, g.hop_limit)))
+            .transpose()?;
+        Ok(Self {
+            port: plan.port,
+            pkey_index: plan.pkey_index,
+            service_level: plan.service_level,
+            grh,
+            mtu: plan.path_mtu,
+        })
+    }
+
+    fn local_av(&self) -> ibv_ah_attr {
+        let mut attr = av(self.port, 0, self.service_level);
+        if let Some((sgid_index, traffic_class, hop_limit)) = self.grh {
+            attr.is_global = 1;
+            attr.grh.sgid_index = sgid_index;
+            attr.grh.traffic_class = traffic_class;
+            attr.grh.hop_limit = hop_limit;
+        }
+        attr
+    }
+}
