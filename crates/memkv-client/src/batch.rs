@@ -11,7 +11,7 @@ use crate::{Client, Error, Result};
 /// Bytes of a batch payload before its items (the item count).
 const BATCH_PREFIX: usize = 4;
 /// Bytes of a BatchPut item before its key and value.
-const PUT_ITEM_HEADER: usize = 14;
+pub(crate) const PUT_ITEM_HEADER: usize = 14;
 /// Bytes of a key-list item before its key.
 const KEY_ITEM_HEADER: usize = 2;
 
@@ -121,7 +121,7 @@ impl Client {
         self.chunks(&planned)
     }
 
-    fn chunks(&self, planned: &[Planned]) -> Vec<Chunk> {
+    pub(crate) fn chunks(&self, planned: &[Planned]) -> Vec<Chunk> {
         let limits = &self.inner.limits;
         plan_chunks(
             planned,
@@ -150,8 +150,20 @@ impl Client {
             }
         }
         let chunks = self.chunks(&planned);
-        let outcomes = join_all(chunks.iter().map(|c| self.put_chunk(c, items))).await;
+        let rdma = self.rdma();
+        let outcomes = match rdma {
+            Some(rdma) => self.put_chunks_rdma(rdma, &chunks, items).await,
+            None => join_all(chunks.iter().map(|c| self.put_chunk(c, items))).await,
+        };
         scatter(&chunks, outcomes, &mut out);
+        if let Some(rdma) = rdma {
+            // `auto` after an RDMA failure: those items again, over TCP.
+            let retry = crate::rdma_batch::fallen_back(rdma, &out);
+            let planned: Vec<Planned> = planned.into_iter().filter(|p| retry[p.index]).collect();
+            let chunks = self.chunks(&planned);
+            let outcomes = join_all(chunks.iter().map(|c| self.put_chunk(c, items))).await;
+            scatter(&chunks, outcomes, &mut out);
+        }
         out.into_iter()
             .map(|r| r.expect("every item answered"))
             .collect()
@@ -272,8 +284,29 @@ impl Client {
     pub async fn get_batch<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Vec<u8>>>> {
         let mut out: Vec<Option<Result<Option<Vec<u8>>>>> = (0..keys.len()).map(|_| None).collect();
         let chunks = self.plan_keys(keys, &mut out);
-        let outcomes = join_all(chunks.iter().map(|c| self.get_chunk(c, keys))).await;
+        let rdma = self.rdma();
+        let outcomes = match rdma {
+            Some(rdma) => self.get_chunks_rdma(rdma, &chunks, keys).await,
+            None => join_all(chunks.iter().map(|c| self.get_chunk(c, keys))).await,
+        };
         scatter(&chunks, outcomes, &mut out);
+        if let Some(rdma) = rdma {
+            // `auto` after an RDMA failure: those keys again, over TCP.
+            let retry = crate::rdma_batch::fallen_back(rdma, &out);
+            let planned: Vec<Planned> = chunks
+                .iter()
+                .flat_map(|c| c.items.iter().map(|&index| (c.server, index)))
+                .filter(|&(_, index)| retry[index])
+                .map(|(server, index)| Planned {
+                    index,
+                    server,
+                    size: KEY_ITEM_HEADER + keys[index].as_ref().len(),
+                })
+                .collect();
+            let chunks = self.chunks(&planned);
+            let outcomes = join_all(chunks.iter().map(|c| self.get_chunk(c, keys))).await;
+            scatter(&chunks, outcomes, &mut out);
+        }
         let retry: Vec<usize> = out
             .iter()
             .enumerate()

@@ -30,7 +30,12 @@ pub mod key_file;
 pub mod metrics;
 mod pool;
 mod rdma;
+mod rdma_batch;
+mod rdma_flow;
+mod rdma_move;
 mod rdma_ops;
+mod rdma_plan;
+mod rdma_rails;
 
 pub use blocking::BlockingClient;
 pub use client::Client;
@@ -40,3 +45,4 @@ pub use memkv_proto::messages::StatsResponse;
 pub use memkv_proto::{AuthKey, Status};
 pub use pool::{BACKOFF_MAX, BACKOFF_MIN};
 pub use rdma_ops::RdmaBuffer;
+pub use rdma_rails::{RDMA_BYTES_TOTAL, RailStats};

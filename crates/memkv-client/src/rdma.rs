@@ -1,13 +1,16 @@
 //! The RDMA transport: control (Connect, Allocate, Commit, Lookup, Release) stays on the
 //! authenticated TCP connections; value bytes move one-sided with memkv-rdma. Each server gets
-//! one RC queue pair, bound to the TCP connection that sent Connect (the server drops its end
-//! when that connection closes). Rails (`MEMKV_RDMA_DEVICES`) take servers in turn.
+//! one RC queue pair per rail (`MEMKV_RDMA_DEVICES`), each bound to the TCP connection that sent
+//! its Connect (the server drops its end when that connection closes; it allows 8 per
+//! connection). Transfers spread over the rails (`rdma_plan`); a failing rail is dropped for
+//! that server while the others carry on (`rdma_rails`).
 //!
 //! `transport: auto` falls back to TCP for the rest of the process on the first RDMA failure,
 //! logged once at WARN with the reason; `transport: rdma` hands every failure to the caller.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Instant;
 
 use memkv_fabric::{Fabric, FabricConfig};
 use memkv_proto::connect::RdmaEndpoint;
@@ -17,23 +20,21 @@ use tokio::sync::Mutex;
 
 use crate::config::{ClientConfig, Transport};
 use crate::conn::Connection;
+use crate::join::join_all;
 use crate::pool::ServerPool;
+use crate::rdma_rails::{Health, Rail, RailStats, usable};
 use crate::{Error, Result};
 
 /// Staging buffers per rail and their size: unregistered values pass through these.
 const STAGING_BUFFERS: usize = 16;
 const STAGING_SIZE: usize = 4 << 20;
 
-struct Rail {
-    device: Arc<RdmaDevice>,
-    staging: Arc<StagingPool>,
-}
-
-/// One server's queue pair and the control connection that keeps the server's end alive.
+/// One server's queue pair on one rail and the control connection that keeps the server's
+/// end alive.
 pub(crate) struct Session {
     control: Arc<Connection>,
     pub qp: Arc<RcQueuePair>,
-    rail: usize,
+    pub rail: usize,
 }
 
 impl Session {
@@ -42,11 +43,20 @@ impl Session {
     }
 }
 
-/// The process's RDMA rails and per-server sessions.
+/// A server's session and health on one rail.
+#[derive(Default)]
+struct RailSlot {
+    session: Mutex<Option<Arc<Session>>>,
+    health: std::sync::Mutex<Health>,
+}
+
+/// The process's RDMA rails and per-server, per-rail sessions.
 pub(crate) struct RdmaPath {
     strict: bool,
     rails: Vec<Rail>,
-    sessions: Vec<Mutex<Option<Arc<Session>>>>,
+    /// `[server][rail]`.
+    slots: Vec<Vec<RailSlot>>,
+    /// Rotates the rail that small transfers and registered buffers start on.
     next_rail: AtomicUsize,
     fell_back: AtomicBool,
     fallback_reason: std::sync::Mutex<Option<String>>,
@@ -107,7 +117,7 @@ impl RdmaPath {
         for name in &names {
             let opened = RdmaDevice::open(&fabric, Some(name), None).and_then(|device| {
                 let staging = StagingPool::new(&device, STAGING_SIZE, STAGING_BUFFERS)?;
-                Ok(Rail { device, staging })
+                Ok(Rail::new(device, staging))
             });
             match opened {
                 Ok(rail) => rails.push(rail),
@@ -124,11 +134,16 @@ impl RdmaPath {
             rails = %rails.iter().map(|r| r.device.name()).collect::<Vec<_>>().join(","),
             "RDMA transport ready"
         );
+        let slots = config
+            .servers
+            .iter()
+            .map(|_| (0..rails.len()).map(|_| RailSlot::default()).collect())
+            .collect();
         Ok(Ok(RdmaPath {
             strict,
             fallback_reason: std::sync::Mutex::new(None),
             rails,
-            sessions: config.servers.iter().map(|_| Mutex::new(None)).collect(),
+            slots,
             next_rail: AtomicUsize::new(0),
             fell_back: AtomicBool::new(false),
             _fabric: fabric,
@@ -164,25 +179,36 @@ impl RdmaPath {
             .clone()
     }
 
+    /// The rail `session` uses.
+    pub fn rail(&self, session: &Session) -> &Rail {
+        &self.rails[session.rail]
+    }
+
+    pub fn rail_at(&self, rail: usize) -> &Rail {
+        &self.rails[rail]
+    }
+
     /// The staging buffers of `session`'s rail.
     pub fn staging(&self, session: &Session) -> &Arc<StagingPool> {
         &self.rails[session.rail].staging
     }
 
-    /// A buffer registered on the first rail, for zero-copy puts and gets.
+    /// A number that rotates per call: where spreading starts.
+    pub fn rotate(&self) -> usize {
+        self.next_rail.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A buffer registered on the next rail in turn (buffers spread over the rails), for
+    /// zero-copy puts and gets.
     pub fn register(
         &self,
         len: usize,
     ) -> std::result::Result<(usize, memkv_rdma::RegisteredBuffer), memkv_rdma::RdmaError> {
+        let rail = self.rotate() % self.rails.len();
         Ok((
-            0,
-            memkv_rdma::RegisteredBuffer::new(&self.rails[0].device, len)?,
+            rail,
+            memkv_rdma::RegisteredBuffer::new(&self.rails[rail].device, len)?,
         ))
-    }
-
-    /// The rail `session` uses.
-    pub fn rail_of(&self, session: &Session) -> usize {
-        session.rail
     }
 
     /// The devices in use, for reports.
@@ -193,16 +219,107 @@ impl RdmaPath {
             .collect()
     }
 
-    /// The session with server `index`, connecting (or reconnecting) its queue pair.
-    pub async fn session(&self, index: usize, pool: &ServerPool) -> Result<Arc<Session>> {
-        let mut slot = self.sessions[index].lock().await;
+    /// Per-rail counters: doorbells, bytes moved, servers the rail is dropped for.
+    pub fn rail_stats(&self, servers: &[&str]) -> Vec<RailStats> {
+        let now = Instant::now();
+        self.rails
+            .iter()
+            .enumerate()
+            .map(|(r, rail)| {
+                let mut doorbells = rail.retired_doorbells.load(Ordering::Relaxed);
+                let mut dropped = Vec::new();
+                for (server, slots) in servers.iter().zip(&self.slots) {
+                    if let Ok(s) = slots[r].session.try_lock()
+                        && let Some(s) = s.as_ref()
+                    {
+                        doorbells += s.qp.doorbells();
+                    }
+                    let health = slots[r].health.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(reason) = health.reason(now) {
+                        dropped.push(((*server).to_owned(), reason.to_owned()));
+                    }
+                }
+                RailStats {
+                    device: rail.device.name().to_owned(),
+                    doorbells,
+                    bytes: rail.bytes.load(Ordering::Relaxed),
+                    dropped,
+                }
+            })
+            .collect()
+    }
+
+    /// Drops `rail` for server `index` after `reason` (logged the first time), unless it is
+    /// the client's only rail: then the failure is the caller's alone.
+    pub fn rail_failed(
+        &self,
+        index: usize,
+        server: &str,
+        rail: usize,
+        reason: &dyn std::fmt::Display,
+    ) {
+        if self.rails.len() < 2 {
+            return;
+        }
+        let first = self.slots[index][rail]
+            .health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drop_until(Instant::now(), reason.to_string());
+        let device = self.rails[rail].device.name();
+        if first {
+            tracing::warn!(
+                rail = %device,
+                %server,
+                "RDMA rail dropped for this server ({reason}); the other rails carry its transfers"
+            );
+        } else {
+            tracing::debug!(rail = %device, %server, "RDMA rail dropped again ({reason})");
+        }
+    }
+
+    /// Sessions with server `index` on its live rails, connected (or reconnected) at once. A
+    /// rail that cannot connect is dropped for the server; with none left, the first error.
+    pub async fn sessions(&self, index: usize, pool: &ServerPool) -> Result<Vec<Arc<Session>>> {
+        let now = Instant::now();
+        let live: Vec<bool> = self.slots[index]
+            .iter()
+            .map(|s| s.health.lock().unwrap_or_else(|p| p.into_inner()).live(now))
+            .collect();
+        let rails = usable(&live);
+        let opened = join_all(rails.iter().map(|&r| self.session(index, r, pool))).await;
+        let mut sessions = Vec::with_capacity(opened.len());
+        let mut first_error = None;
+        for (&rail, result) in rails.iter().zip(opened) {
+            match result {
+                Ok(s) => sessions.push(s),
+                Err(e) => {
+                    if matches!(e, Error::Rdma { .. }) {
+                        self.rail_failed(index, pool.server(), rail, &e);
+                    }
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if sessions.is_empty() => Err(e),
+            _ => Ok(sessions),
+        }
+    }
+
+    /// The session with server `index` on `rail`, connecting (or reconnecting) its queue pair.
+    async fn session(&self, index: usize, rail: usize, pool: &ServerPool) -> Result<Arc<Session>> {
+        let mut slot = self.slots[index][rail].session.lock().await;
         if let Some(s) = slot.as_ref().filter(|s| s.usable()) {
             return Ok(Arc::clone(s));
         }
-        *slot = None;
+        if let Some(old) = slot.take() {
+            self.rails[rail]
+                .retired_doorbells
+                .fetch_add(old.qp.doorbells(), Ordering::Relaxed);
+        }
         let server = pool.server();
         let control = pool.connection().await?;
-        let rail = self.next_rail.fetch_add(1, Ordering::Relaxed) % self.rails.len();
         let qp = Arc::new(
             self.rails[rail]
                 .device

@@ -1,20 +1,24 @@
-//! Puts and gets over RDMA: Allocate, RDMA WRITE, Commit; Lookup, RDMA READ, Release.
+//! Single puts and gets over RDMA (Allocate, RDMA WRITE, Commit; Lookup, RDMA READ,
+//! Release: `rdma_flow` with one value), registered buffers, and transport reports.
 
-use memkv_proto::messages::{
-    AbortRequest, AllocateRequest, AllocateResponse, CommitRequest, LookupRequest, LookupResponse,
-    ReleaseRequest,
-};
+use memkv_proto::messages::{LookupRequest, LookupResponse, ReleaseRequest};
 use memkv_proto::{Opcode, Status, checksum};
 
 use crate::client::Client;
 use crate::rdma::{RdmaPath, rdma_err};
+use crate::rdma_flow::Dest;
+use crate::rdma_rails::RailStats;
 use crate::{Error, Result};
 
 /// Caller memory registered once with the client's RDMA rail: puts from it and gets into it
 /// move bytes between it and the server's arena with no copy.
+///
+/// Registration is per RDMA device: each buffer belongs to one rail (buffers take the rails in
+/// turn). Transfers with servers that rail reaches are zero-copy; otherwise they are staged
+/// through another rail.
 pub struct RdmaBuffer {
-    rail: usize,
-    buf: memkv_rdma::RegisteredBuffer,
+    pub(crate) rail: usize,
+    pub(crate) buf: memkv_rdma::RegisteredBuffer,
 }
 
 impl RdmaBuffer {
@@ -39,7 +43,7 @@ impl RdmaBuffer {
     }
 }
 
-fn verify(server: &str, bytes: &[u8], expected: u64) -> Result<()> {
+pub(crate) fn verify(server: &str, bytes: &[u8], expected: u64) -> Result<()> {
     let actual = checksum::of(bytes);
     if actual == expected {
         Ok(())
@@ -55,7 +59,7 @@ fn verify(server: &str, bytes: &[u8], expected: u64) -> Result<()> {
 
 impl Client {
     /// `work` under the per-operation deadline.
-    async fn within<T>(
+    pub(crate) async fn within<T>(
         &self,
         server: &str,
         op: &'static str,
@@ -98,7 +102,10 @@ impl Client {
         let Some(rdma) = self.rdma() else {
             return self.put(key, value).await;
         };
-        self.put_rdma_from(rdma, index, key, value, Some(buf)).await
+        match self.put_rdma_from(rdma, index, key, value, Some(buf)).await {
+            Err(e @ Error::Rdma { .. }) if rdma.failed(&e) => self.put(key, value).await,
+            done => done,
+        }
     }
 
     /// Reads the value under `key` into `buf` with RDMA READ straight into it; returns its
@@ -111,48 +118,20 @@ impl Client {
                 .rdma_fallback_reason()
                 .unwrap_or_else(|| "no RDMA transport".into()),
         })?;
-        let server = self.server_name(index).to_owned();
-        let work = async {
-            let session = rdma.session(index, &self.inner.pools[index]).await?;
-            let Some(pin) = self.lookup_pin(index, key).await? else {
-                return Ok(None);
-            };
-            let len = pin.len as usize;
-            let read = if pin.len > buf.len() as u64 {
-                Err(Error::TooLarge {
-                    what: "value for the registered buffer",
-                    len: pin.len,
-                    limit: buf.len() as u64,
-                })
-            } else if len == 0 {
-                Ok(())
-            } else if rdma.rail_of(&session) == buf.rail {
-                session
-                    .qp
-                    .read(&mut buf.buf, 0, len, pin.addr, pin.rkey)
-                    .await
-                    .map_err(|e| rdma_err(&server, e))
-            } else {
-                session
-                    .qp
-                    .read_into_slice(
-                        rdma.staging(&session),
-                        &mut buf.buf.as_mut_slice()[..len],
-                        pin.addr,
-                        pin.rkey,
-                    )
-                    .await
-                    .map_err(|e| rdma_err(&server, e))
-            };
-            self.release_pin(index, pin.pin).await;
-            read?;
-            verify(&server, &buf.as_slice()[..len], pin.checksum)?;
-            Ok(Some(len))
+        let cap = buf.len();
+        let dest = Dest::Registered {
+            buf,
+            bases: &[0],
+            caps: &[cap],
         };
-        self.within(&server, "get", work).await
+        one(self.get_values_rdma(rdma, index, "get", &[key], dest).await)
     }
 
-    async fn lookup_pin(&self, index: usize, key: &[u8]) -> Result<Option<LookupResponse>> {
+    pub(crate) async fn lookup_pin(
+        &self,
+        index: usize,
+        key: &[u8],
+    ) -> Result<Option<LookupResponse>> {
         let server = self.server_name(index);
         let request = LookupRequest { lease_ms: 0 }.encode();
         let r = self
@@ -175,7 +154,7 @@ impl Client {
         }
     }
 
-    async fn release_pin(&self, index: usize, pin: u64) {
+    pub(crate) async fn release_pin(&self, index: usize, pin: u64) {
         let release = ReleaseRequest { pin }.encode();
         let _ = self
             .exchange(
@@ -214,90 +193,10 @@ impl Client {
         value: &[u8],
         registered: Option<&RdmaBuffer>,
     ) -> Result<()> {
-        let server = self.server_name(index).to_owned();
-        let work = async {
-            let session = rdma.session(index, &self.inner.pools[index]).await?;
-            let request = AllocateRequest {
-                len: value.len() as u64,
-                lease_ms: 0,
-            }
-            .encode();
-            let r = self
-                .exchange(
-                    index,
-                    "allocate",
-                    Opcode::Allocate,
-                    key,
-                    &[&request],
-                    None,
-                    Vec::new(),
-                )
-                .await?;
-            if r.status != Status::Ok {
-                return Err(Error::from_status(&server, r.status, &r.payload));
-            }
-            let alloc = AllocateResponse::decode(&r.payload).map_err(|e| rdma_err(&server, e))?;
-            if alloc.rkey == 0 && !value.is_empty() {
-                return Err(rdma_err(
-                    &server,
-                    "the server gave no remote address (RDMA inactive there)",
-                ));
-            }
-            let written = match registered {
-                _ if value.is_empty() => Ok(()),
-                Some(b) if b.rail == rdma.rail_of(&session) => {
-                    session
-                        .qp
-                        .write(&b.buf, 0, value.len(), alloc.addr, alloc.rkey)
-                        .await
-                }
-                _ => {
-                    session
-                        .qp
-                        .write_from_slice(rdma.staging(&session), value, alloc.addr, alloc.rkey)
-                        .await
-                }
-            };
-            if let Err(e) = written {
-                let abort = AbortRequest {
-                    reservation: alloc.reservation,
-                }
-                .encode();
-                let _ = self
-                    .exchange(
-                        index,
-                        "abort",
-                        Opcode::Abort,
-                        &[],
-                        &[&abort],
-                        None,
-                        Vec::new(),
-                    )
-                    .await;
-                return Err(rdma_err(&server, e));
-            }
-            let commit = CommitRequest {
-                reservation: alloc.reservation,
-                checksum: checksum::of(value),
-            }
-            .encode();
-            let r = self
-                .exchange(
-                    index,
-                    "commit",
-                    Opcode::Commit,
-                    &[],
-                    &[&commit],
-                    None,
-                    Vec::new(),
-                )
-                .await?;
-            match r.status {
-                Status::Ok => Ok(()),
-                _ => Err(Error::from_status(&server, r.status, &r.payload)),
-            }
-        };
-        self.within(&server, "put", work).await
+        let direct = registered.map(|b| (b, &[0usize][..]));
+        one(self
+            .put_values_rdma(rdma, index, "put", &[key], &[value], direct)
+            .await)
     }
 
     /// A get with the value moved by RDMA READ from the server's arena, checked against its
@@ -309,37 +208,9 @@ impl Client {
         key: &[u8],
         buf: &mut Vec<u8>,
     ) -> Result<bool> {
-        let server = self.server_name(index).to_owned();
-        let work = async {
-            let session = rdma.session(index, &self.inner.pools[index]).await?;
-            let Some(pin) = self.lookup_pin(index, key).await? else {
-                return Ok(false);
-            };
-            let limit = self.inner.limits.max_value_len;
-            let read = if pin.len > limit {
-                Err(Error::TooLarge {
-                    what: "value",
-                    len: pin.len,
-                    limit,
-                })
-            } else if pin.len == 0 {
-                buf.clear();
-                Ok(())
-            } else {
-                buf.clear();
-                buf.resize(pin.len as usize, 0);
-                session
-                    .qp
-                    .read_into_slice(rdma.staging(&session), buf, pin.addr, pin.rkey)
-                    .await
-                    .map_err(|e| rdma_err(&server, e))
-            };
-            self.release_pin(index, pin.pin).await;
-            read?;
-            verify(&server, buf, pin.checksum).inspect_err(|_| buf.clear())?;
-            Ok(true)
-        };
-        self.within(&server, "get", work).await
+        let dest = Dest::Vecs(std::slice::from_mut(buf));
+        let found = one(self.get_values_rdma(rdma, index, "get", &[key], dest).await);
+        found.map(|len| len.is_some())
     }
 
     /// `"rdma"` while RDMA carries values, else `"tcp"`.
@@ -360,4 +231,21 @@ impl Client {
     pub fn rdma_rails(&self) -> Vec<String> {
         self.rdma().map(RdmaPath::rail_names).unwrap_or_default()
     }
+
+    /// What each rail has done: doorbells rung, bytes moved, servers it is dropped for. Empty
+    /// when the client never had RDMA.
+    pub fn rdma_rail_stats(&self) -> Vec<RailStats> {
+        match &self.inner.rdma {
+            Some(path) => path.rail_stats(&self.servers()),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// The only result of a one-value flow.
+fn one<T>(results: Vec<Result<T>>) -> Result<T> {
+    results
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Err(Error::Config("an RDMA operation produced no result".into())))
 }

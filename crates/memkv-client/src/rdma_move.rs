@@ -1,0 +1,425 @@
+//! Moving the value bytes of one operation (one value or a batch's) to or from one server.
+//!
+//! From a registered buffer whose rail is up: one `write_batch` / `read_batch` for every value
+//! (one doorbell while the congestion window admits the whole chain), no copies. Otherwise the
+//! bytes are spread over the server's live rails (`rdma_plan::spread`, striping large values)
+//! and, per rail, packed into staging buffers: one chain of work requests per buffer. A rail
+//! that fails is dropped for the server and its share is moved once more on another rail that
+//! succeeded; what still fails is reported per value.
+
+use std::sync::Arc;
+
+use memkv_rdma::{RdmaError, Transfer};
+
+use crate::join::join_all;
+use crate::rdma::{RdmaPath, Session, rdma_err};
+use crate::rdma_ops::RdmaBuffer;
+use crate::rdma_plan::{Segment, pack, spread};
+use crate::{Error, Result};
+
+/// Where a value lives in the server's arena; `len` 0 moves nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Remote {
+    pub len: usize,
+    pub addr: u64,
+    pub rkey: u32,
+}
+
+/// Per value: `None` when its bytes moved, else why not.
+pub(crate) type Moved = Vec<Option<Error>>;
+
+impl RdmaPath {
+    /// WRITEs `values[i]` (`remotes[i].len` bytes of it) to `remotes[i]`. `direct`: the values
+    /// are the registered buffer's bytes at these offsets.
+    pub async fn write_values(
+        &self,
+        index: usize,
+        server: &str,
+        sessions: &[Arc<Session>],
+        remotes: &[Remote],
+        values: &[&[u8]],
+        direct: Option<(&RdmaBuffer, &[usize])>,
+    ) -> Moved {
+        let mut sessions = sessions.to_vec();
+        if let Some((buf, bases)) = direct
+            && let Some(home) = sessions.iter().position(|s| s.rail == buf.rail)
+        {
+            let transfers = direct_transfers(remotes, bases);
+            let result = sessions[home].qp.write_batch(&buf.buf, &transfers).await;
+            if let Some(moved) =
+                self.after_direct(index, server, &mut sessions, home, remotes, result, "write")
+            {
+                return moved;
+            }
+        }
+        let lens: Vec<usize> = remotes.iter().map(|r| r.len).collect();
+        let plan = spread(&lens, sessions.len(), self.rotate());
+        let outcomes = join_all(
+            plan.iter()
+                .zip(&sessions)
+                .map(|(segs, s)| self.write_on(s, segs, remotes, values)),
+        )
+        .await;
+        let ok: Vec<bool> = outcomes.iter().map(Result::is_ok).collect();
+        let mut moved: Moved = remotes.iter().map(|_| None).collect();
+        for (k, outcome) in outcomes.into_iter().enumerate() {
+            let Err(e) = outcome else { continue };
+            self.rail_failed(index, server, sessions[k].rail, &e);
+            let retried = match alternative(&ok, k) {
+                Some(j) => self.write_on(&sessions[j], &plan[k], remotes, values).await,
+                None => Err(e),
+            };
+            if let Err(e) = retried {
+                fail(&mut moved, &plan[k], server, &e);
+            }
+        }
+        moved
+    }
+
+    /// READs `remotes[i]` into `dests[i]` (each exactly `remotes[i].len` bytes) through
+    /// staging buffers.
+    pub async fn read_values(
+        &self,
+        index: usize,
+        server: &str,
+        sessions: &[Arc<Session>],
+        remotes: &[Remote],
+        dests: Vec<&mut [u8]>,
+    ) -> Moved {
+        let lens: Vec<usize> = remotes.iter().map(|r| r.len).collect();
+        let plan = spread(&lens, sessions.len(), self.rotate());
+        let mut per_rail = split_for_rails(&plan, dests);
+        let outcomes = join_all(
+            per_rail
+                .iter_mut()
+                .zip(sessions)
+                .map(|(segs, s)| self.read_on(s, segs, remotes)),
+        )
+        .await;
+        let ok: Vec<bool> = outcomes.iter().map(Result::is_ok).collect();
+        let mut moved: Moved = remotes.iter().map(|_| None).collect();
+        for (k, outcome) in outcomes.into_iter().enumerate() {
+            let Err(e) = outcome else { continue };
+            self.rail_failed(index, server, sessions[k].rail, &e);
+            let retried = match alternative(&ok, k) {
+                Some(j) => self.read_on(&sessions[j], &mut per_rail[k], remotes).await,
+                None => Err(e),
+            };
+            if let Err(e) = retried {
+                fail(&mut moved, &plan[k], server, &e);
+            }
+        }
+        moved
+    }
+
+    /// READs `remotes[i]` into `buf` at `bases[i]`: straight into it on its rail, else staged.
+    /// The ranges `bases[i]..+remotes[i].len` must be disjoint and inside `buf`.
+    pub async fn read_registered(
+        &self,
+        index: usize,
+        server: &str,
+        sessions: &[Arc<Session>],
+        remotes: &[Remote],
+        buf: &mut RdmaBuffer,
+        bases: &[usize],
+    ) -> Moved {
+        let mut sessions = sessions.to_vec();
+        if let Some(home) = sessions.iter().position(|s| s.rail == buf.rail) {
+            let transfers = direct_transfers(remotes, bases);
+            let result = sessions[home].qp.read_batch(&mut buf.buf, &transfers).await;
+            if let Some(moved) =
+                self.after_direct(index, server, &mut sessions, home, remotes, result, "read")
+            {
+                return moved;
+            }
+        }
+        let lens: Vec<usize> = remotes.iter().map(|r| r.len).collect();
+        match disjoint_mut(buf.as_mut_slice(), bases, &lens) {
+            Some(dests) => {
+                self.read_values(index, server, &sessions, remotes, dests)
+                    .await
+            }
+            None => remotes
+                .iter()
+                .map(|_| Some(rdma_err(server, "destination ranges overlap")))
+                .collect(),
+        }
+    }
+
+    /// Settles a direct transfer on `sessions[home]`: `Some` is the outcome for every value;
+    /// `None` means it failed and the other sessions (left in `sessions`) should try staged.
+    #[allow(clippy::too_many_arguments)]
+    fn after_direct(
+        &self,
+        index: usize,
+        server: &str,
+        sessions: &mut Vec<Arc<Session>>,
+        home: usize,
+        remotes: &[Remote],
+        result: std::result::Result<(), RdmaError>,
+        op: &'static str,
+    ) -> Option<Moved> {
+        let rail = sessions[home].rail;
+        match result {
+            Ok(()) => {
+                self.rail_at(rail)
+                    .moved(remotes.iter().map(|r| r.len).sum(), op);
+                Some(remotes.iter().map(|_| None).collect())
+            }
+            Err(e) => {
+                self.rail_failed(index, server, rail, &e);
+                sessions.remove(home);
+                if sessions.is_empty() {
+                    Some(
+                        remotes
+                            .iter()
+                            .map(|r| (r.len > 0).then(|| rdma_err(server, &e)))
+                            .collect(),
+                    )
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    /// Moves `segs` of `values` on `session`, one staging buffer (one chain) at a time per
+    /// buffer, the buffers in parallel.
+    async fn write_on(
+        &self,
+        session: &Session,
+        segs: &[Segment],
+        remotes: &[Remote],
+        values: &[&[u8]],
+    ) -> std::result::Result<(), RdmaError> {
+        let pool = self.staging(session);
+        let bins = pack(segs.iter().map(|s| s.len), pool.buf_size());
+        let results = join_all(bins.iter().map(|bin| async move {
+            let mut staging = pool.acquire().await;
+            let mut transfers = Vec::with_capacity(bin.len());
+            for p in bin {
+                let seg = segs[p.entry];
+                let from = seg.offset + p.offset;
+                staging.as_mut_slice()[p.at..p.at + p.len]
+                    .copy_from_slice(&values[seg.item][from..from + p.len]);
+                let remote = &remotes[seg.item];
+                transfers.push(Transfer {
+                    local_offset: p.at,
+                    len: p.len,
+                    remote_addr: remote.addr + from as u64,
+                    rkey: remote.rkey,
+                });
+            }
+            session.qp.write_batch(&staging, &transfers).await
+        }))
+        .await;
+        results
+            .into_iter()
+            .collect::<std::result::Result<(), _>>()?;
+        self.rail(session)
+            .moved(segs.iter().map(|s| s.len).sum(), "write");
+        Ok(())
+    }
+
+    /// READs `segs` into their destinations on `session` through staging buffers.
+    async fn read_on(
+        &self,
+        session: &Session,
+        segs: &mut [(Segment, &mut [u8])],
+        remotes: &[Remote],
+    ) -> std::result::Result<(), RdmaError> {
+        let pool = self.staging(session);
+        let meta: Vec<Segment> = segs.iter().map(|(s, _)| *s).collect();
+        let bins = pack(meta.iter().map(|s| s.len), pool.buf_size());
+        let mut rests: Vec<&mut [u8]> = segs.iter_mut().map(|(_, d)| &mut **d).collect();
+        let mut jobs: Vec<Vec<(Transfer, &mut [u8])>> = Vec::with_capacity(bins.len());
+        for bin in &bins {
+            let mut job = Vec::with_capacity(bin.len());
+            for p in bin {
+                let (head, tail) = std::mem::take(&mut rests[p.entry]).split_at_mut(p.len);
+                rests[p.entry] = tail;
+                let seg = meta[p.entry];
+                let remote = &remotes[seg.item];
+                let transfer = Transfer {
+                    local_offset: p.at,
+                    len: p.len,
+                    remote_addr: remote.addr + (seg.offset + p.offset) as u64,
+                    rkey: remote.rkey,
+                };
+                job.push((transfer, head));
+            }
+            jobs.push(job);
+        }
+        let results = join_all(jobs.into_iter().map(|job| async move {
+            let mut staging = pool.acquire().await;
+            let transfers: Vec<Transfer> = job.iter().map(|(t, _)| *t).collect();
+            session.qp.read_batch(&mut staging, &transfers).await?;
+            for (t, out) in job {
+                out.copy_from_slice(&staging.as_slice()[t.local_offset..t.local_offset + t.len]);
+            }
+            Ok::<(), RdmaError>(())
+        }))
+        .await;
+        results
+            .into_iter()
+            .collect::<std::result::Result<(), _>>()?;
+        self.rail(session)
+            .moved(meta.iter().map(|s| s.len).sum(), "read");
+        Ok(())
+    }
+}
+
+fn direct_transfers(remotes: &[Remote], bases: &[usize]) -> Vec<Transfer> {
+    remotes
+        .iter()
+        .zip(bases)
+        .filter(|(r, _)| r.len > 0)
+        .map(|(r, &base)| Transfer {
+            local_offset: base,
+            len: r.len,
+            remote_addr: r.addr,
+            rkey: r.rkey,
+        })
+        .collect()
+}
+
+/// Another rail whose own share succeeded, to take failed rail `k`'s share once.
+fn alternative(ok: &[bool], k: usize) -> Option<usize> {
+    (1..ok.len()).map(|d| (k + d) % ok.len()).find(|&j| ok[j])
+}
+
+fn fail(moved: &mut Moved, segs: &[Segment], server: &str, e: &RdmaError) {
+    for seg in segs {
+        moved[seg.item] = Some(rdma_err(server, e));
+    }
+}
+
+/// Cuts each destination into its segments' slices and groups them by rail as `plan` says.
+fn split_for_rails<'a>(
+    plan: &[Vec<Segment>],
+    mut dests: Vec<&'a mut [u8]>,
+) -> Vec<Vec<(Segment, &'a mut [u8])>> {
+    let mut order: Vec<(usize, Segment)> = plan
+        .iter()
+        .enumerate()
+        .flat_map(|(r, segs)| segs.iter().map(move |&s| (r, s)))
+        .collect();
+    order.sort_by_key(|(_, s)| (s.item, s.offset));
+    let mut per_rail: Vec<Vec<(Segment, &'a mut [u8])>> = plan.iter().map(|_| Vec::new()).collect();
+    for (rail, seg) in order {
+        let (head, tail) = std::mem::take(&mut dests[seg.item]).split_at_mut(seg.len);
+        dests[seg.item] = tail;
+        per_rail[rail].push((seg, head));
+    }
+    for segs in &mut per_rail {
+        segs.sort_by_key(|(s, _)| (s.item, s.offset));
+    }
+    per_rail
+}
+
+/// `buf[bases[i]..+lens[i]]` as separate mutable slices; `None` if any two overlap or one
+/// leaves `buf`.
+pub(crate) fn disjoint_mut<'a>(
+    buf: &'a mut [u8],
+    bases: &[usize],
+    lens: &[usize],
+) -> Option<Vec<&'a mut [u8]>> {
+    let mut order: Vec<usize> = (0..bases.len()).collect();
+    order.sort_by_key(|&i| (bases[i], lens[i]));
+    let mut out: Vec<&'a mut [u8]> = bases.iter().map(|_| Default::default()).collect();
+    let mut rest = buf;
+    let mut at = 0usize;
+    for i in order {
+        if lens[i] == 0 {
+            continue;
+        }
+        let skip = bases[i].checked_sub(at)?;
+        let end = skip.checked_add(lens[i])?;
+        if end > rest.len() {
+            return None;
+        }
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
+        let (mine, tail) = tail.split_at_mut(lens[i]);
+        out[i] = mine;
+        rest = tail;
+        at = bases[i] + lens[i];
+    }
+    Some(out)
+}
+
+/// Values that did not move become errors; the rest keep `ok`'s value.
+pub(crate) fn merge<T>(moved: Moved, ok: Vec<Result<T>>) -> Vec<Result<T>> {
+    moved
+        .into_iter()
+        .zip(ok)
+        .map(|(m, r)| match m {
+            Some(e) => Err(e),
+            None => r,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disjoint_ranges_split_in_any_order_and_overlaps_are_refused() {
+        let mut buf = [0u8; 10];
+        let parts = disjoint_mut(&mut buf, &[6, 0, 3], &[4, 2, 0]).unwrap();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            vec![4, 2, 0]
+        );
+        for (i, p) in parts.into_iter().enumerate() {
+            p.fill(i as u8 + 1);
+        }
+        assert_eq!(buf, [2, 2, 0, 0, 0, 0, 1, 1, 1, 1]);
+        assert!(disjoint_mut(&mut buf, &[0, 1], &[2, 2]).is_none());
+        assert!(disjoint_mut(&mut buf, &[8], &[3]).is_none());
+        assert!(disjoint_mut(&mut buf, &[usize::MAX], &[2]).is_none());
+    }
+
+    #[test]
+    fn destinations_are_cut_into_their_stripes_per_rail() {
+        let mut a = vec![0u8; 6];
+        let mut b = vec![0u8; 2];
+        let plan = vec![
+            vec![
+                Segment {
+                    item: 0,
+                    offset: 0,
+                    len: 4,
+                },
+                Segment {
+                    item: 1,
+                    offset: 0,
+                    len: 2,
+                },
+            ],
+            vec![Segment {
+                item: 0,
+                offset: 4,
+                len: 2,
+            }],
+        ];
+        let per_rail = split_for_rails(&plan, vec![&mut a, &mut b]);
+        assert_eq!(per_rail[0].len(), 2);
+        for (rail, segs) in per_rail.into_iter().enumerate() {
+            for (seg, out) in segs {
+                assert_eq!(out.len(), seg.len);
+                out.fill(rail as u8 + 1);
+            }
+        }
+        assert_eq!(a, [1, 1, 1, 1, 2, 2]);
+        assert_eq!(b, [1, 1]);
+    }
+
+    #[test]
+    fn a_failed_rail_goes_to_the_next_one_that_worked() {
+        assert_eq!(alternative(&[true, false, true], 1), Some(2));
+        assert_eq!(alternative(&[true, false, false], 2), Some(0));
+        assert_eq!(alternative(&[false], 0), None);
+        assert_eq!(alternative(&[false, false], 0), None);
+    }
+}
