@@ -9,8 +9,8 @@ use crate::batch::{Chunk, PUT_ITEM_HEADER, Planned};
 use crate::join::join_all;
 use crate::rdma::RdmaPath;
 use crate::rdma_flow::Dest;
-use crate::rdma_move::disjoint_mut;
 use crate::rdma_ops::RdmaBuffer;
+use crate::rdma_plan::disjoint_mut;
 use crate::{Client, Error, Result};
 
 impl Client {

@@ -14,7 +14,7 @@ use memkv_rdma::{RdmaError, Transfer};
 use crate::join::join_all;
 use crate::rdma::{RdmaPath, Session, rdma_err};
 use crate::rdma_ops::RdmaBuffer;
-use crate::rdma_plan::{Segment, pack, spread};
+use crate::rdma_plan::{Segment, disjoint_mut, pack, split_for_rails, spread};
 use crate::{Error, Result};
 
 /// Where a value lives in the server's arena; `len` 0 moves nothing.
@@ -294,59 +294,6 @@ fn fail(moved: &mut Moved, segs: &[Segment], server: &str, e: &RdmaError) {
     }
 }
 
-/// Cuts each destination into its segments' slices and groups them by rail as `plan` says.
-fn split_for_rails<'a>(
-    plan: &[Vec<Segment>],
-    mut dests: Vec<&'a mut [u8]>,
-) -> Vec<Vec<(Segment, &'a mut [u8])>> {
-    let mut order: Vec<(usize, Segment)> = plan
-        .iter()
-        .enumerate()
-        .flat_map(|(r, segs)| segs.iter().map(move |&s| (r, s)))
-        .collect();
-    order.sort_by_key(|(_, s)| (s.item, s.offset));
-    let mut per_rail: Vec<Vec<(Segment, &'a mut [u8])>> = plan.iter().map(|_| Vec::new()).collect();
-    for (rail, seg) in order {
-        let (head, tail) = std::mem::take(&mut dests[seg.item]).split_at_mut(seg.len);
-        dests[seg.item] = tail;
-        per_rail[rail].push((seg, head));
-    }
-    for segs in &mut per_rail {
-        segs.sort_by_key(|(s, _)| (s.item, s.offset));
-    }
-    per_rail
-}
-
-/// `buf[bases[i]..+lens[i]]` as separate mutable slices; `None` if any two overlap or one
-/// leaves `buf`.
-pub(crate) fn disjoint_mut<'a>(
-    buf: &'a mut [u8],
-    bases: &[usize],
-    lens: &[usize],
-) -> Option<Vec<&'a mut [u8]>> {
-    let mut order: Vec<usize> = (0..bases.len()).collect();
-    order.sort_by_key(|&i| (bases[i], lens[i]));
-    let mut out: Vec<&'a mut [u8]> = bases.iter().map(|_| Default::default()).collect();
-    let mut rest = buf;
-    let mut at = 0usize;
-    for i in order {
-        if lens[i] == 0 {
-            continue;
-        }
-        let skip = bases[i].checked_sub(at)?;
-        let end = skip.checked_add(lens[i])?;
-        if end > rest.len() {
-            return None;
-        }
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
-        let (mine, tail) = tail.split_at_mut(lens[i]);
-        out[i] = mine;
-        rest = tail;
-        at = bases[i] + lens[i];
-    }
-    Some(out)
-}
-
 /// Values that did not move become errors; the rest keep `ok`'s value.
 pub(crate) fn merge<T>(moved: Moved, ok: Vec<Result<T>>) -> Vec<Result<T>> {
     moved
@@ -362,58 +309,6 @@ pub(crate) fn merge<T>(moved: Moved, ok: Vec<Result<T>>) -> Vec<Result<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn disjoint_ranges_split_in_any_order_and_overlaps_are_refused() {
-        let mut buf = [0u8; 10];
-        let parts = disjoint_mut(&mut buf, &[6, 0, 3], &[4, 2, 0]).unwrap();
-        assert_eq!(
-            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
-            vec![4, 2, 0]
-        );
-        for (i, p) in parts.into_iter().enumerate() {
-            p.fill(i as u8 + 1);
-        }
-        assert_eq!(buf, [2, 2, 0, 0, 0, 0, 1, 1, 1, 1]);
-        assert!(disjoint_mut(&mut buf, &[0, 1], &[2, 2]).is_none());
-        assert!(disjoint_mut(&mut buf, &[8], &[3]).is_none());
-        assert!(disjoint_mut(&mut buf, &[usize::MAX], &[2]).is_none());
-    }
-
-    #[test]
-    fn destinations_are_cut_into_their_stripes_per_rail() {
-        let mut a = vec![0u8; 6];
-        let mut b = vec![0u8; 2];
-        let plan = vec![
-            vec![
-                Segment {
-                    item: 0,
-                    offset: 0,
-                    len: 4,
-                },
-                Segment {
-                    item: 1,
-                    offset: 0,
-                    len: 2,
-                },
-            ],
-            vec![Segment {
-                item: 0,
-                offset: 4,
-                len: 2,
-            }],
-        ];
-        let per_rail = split_for_rails(&plan, vec![&mut a, &mut b]);
-        assert_eq!(per_rail[0].len(), 2);
-        for (rail, segs) in per_rail.into_iter().enumerate() {
-            for (seg, out) in segs {
-                assert_eq!(out.len(), seg.len);
-                out.fill(rail as u8 + 1);
-            }
-        }
-        assert_eq!(a, [1, 1, 1, 1, 2, 2]);
-        assert_eq!(b, [1, 1]);
-    }
 
     #[test]
     fn a_failed_rail_goes_to_the_next_one_that_worked() {

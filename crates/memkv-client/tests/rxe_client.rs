@@ -130,6 +130,15 @@ async fn a_server_refusing_rdma_sends_auto_to_tcp_and_strict_to_an_error() {
     // rxe's P_Key table has one entry: index 1 keeps the server on TCP.
     let server = common::start(&format!("rdma:\n  device: {server_dev}\n  pkey_index: 1\n")).await;
     let auto = rdma_client(&server, &rail, Transport::Auto).await.unwrap();
+    // A batch is the first operation: its items go over TCP after the RDMA failure.
+    let batch = [("b1", vec![1u8; 10]), ("b2", pattern(100_000, 3))];
+    for r in auto.put_batch(&batch).await {
+        r.expect("auto batch falls back");
+    }
+    let got = auto.get_batch(&["b2", "nope", "b1"]).await;
+    assert!(got[0].as_ref().unwrap().as_ref() == Some(&batch[1].1));
+    assert_eq!(got[1].as_ref().unwrap(), &None);
+    assert_eq!(got[2].as_ref().unwrap().as_ref(), Some(&batch[0].1));
     auto.put(b"k", b"over tcp after all")
         .await
         .expect("auto falls back");
@@ -141,6 +150,10 @@ async fn a_server_refusing_rdma_sends_auto_to_tcp_and_strict_to_an_error() {
         b"over tcp after all"
     );
     let strict = rdma_client(&server, &rail, Transport::Rdma).await.unwrap();
+    for r in strict.put_batch(&batch).await {
+        let err = r.unwrap_err();
+        assert!(matches!(err, Error::Rdma { .. }), "{err}");
+    }
     let err = strict.put(b"k2", b"x").await.unwrap_err();
     assert!(matches!(err, Error::Rdma { .. }), "{err}");
     assert!(err.to_string().contains("index 1"), "{err}");
