@@ -13,7 +13,7 @@
 //!   [`choose_transport`]); built and unit-tested, untested on hardware.
 //!
 //! `unsafe` lives in the verbs and memory layers (`core`, `post`, `completion`, `memory`,
-//! `staging`, `device`, `dc::verbs`, `dc::post`, `dc::completion`).
+//! `staging`, `device`, `dc::verbs`, `dc::handles`, `dc::post`, `dc::completion`).
 
 pub mod block;
 mod completion;

@@ -13,11 +13,12 @@
 //!
 //! DC cannot run on Soft-RoCE, so everything that talks to the device is untested on
 //! hardware; the policies (transport choice, DCI selection, in-flight accounting) are pure and
-//! unit-tested. `unsafe` lives in `verbs` and `post`.
+//! unit-tested. `unsafe` lives in `verbs`, `handles`, `post` and `completion`.
 
 mod capability;
 mod choice;
 mod completion;
+mod handles;
 mod ops;
 mod pool;
 mod post;

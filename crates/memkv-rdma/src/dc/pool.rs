@@ -11,9 +11,10 @@ use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel};
 use tokio::sync::Notify;
 
 use crate::dc::capability::require_dc;
+use crate::dc::handles::RawAh;
 use crate::dc::selector::DciSelector;
 use crate::dc::table::DcTable;
-use crate::dc::verbs::{DcPath, DcRole, Initiator, RawAh, RawQp, wake_fd};
+use crate::dc::verbs::{DcPath, DcRole, Initiator, RawQp, wake_fd};
 use crate::device::RdmaDevice;
 use crate::endpoint::{peer_endpoint, peer_key};
 use crate::error::RdmaError;

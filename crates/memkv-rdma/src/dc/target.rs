@@ -6,7 +6,8 @@ use memkv_proto::connect::RdmaEndpoint;
 use sideway::ibverbs::completion::BasicCompletionQueue;
 
 use crate::dc::capability::require_dc;
-use crate::dc::verbs::{DcPath, DcRole, RawQp, RawSrq};
+use crate::dc::handles::RawSrq;
+use crate::dc::verbs::{DcPath, DcRole, RawQp};
 use crate::device::RdmaDevice;
 use crate::endpoint::advertise;
 use crate::error::RdmaError;

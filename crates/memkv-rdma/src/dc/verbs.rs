@@ -1,19 +1,19 @@
 //! The mlx5dv and verbs calls behind DC: querying DC resources, creating DC targets and
-//! initiators, moving them through their states, SRQs and address handles. Every object is
-//! owned by a value that destroys it when dropped.
+//! initiators and moving them through their states (SRQs and address handles are in
+//! `handles`). Every object is owned by a value that destroys it when dropped.
 
 use std::ptr::NonNull;
 
-use memkv_fabric::{AddressPlan, Mtu};
+use memkv_fabric::Mtu;
 use rdma_mummy_sys::{
-    MLX5DV_DCTYPE_DCI, MLX5DV_DCTYPE_DCT, ibv_access_flags, ibv_ah, ibv_ah_attr, ibv_cq, ibv_gid,
-    ibv_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_create_send_ops_flags, ibv_qp_ex,
-    ibv_qp_init_attr_ex, ibv_qp_init_attr_mask, ibv_qp_state, ibv_qp_type, ibv_srq,
-    ibv_srq_init_attr, mlx5dv_context, mlx5dv_context_comp_mask, mlx5dv_qp_ex, mlx5dv_qp_init_attr,
-    mlx5dv_qp_init_attr_mask,
+    MLX5DV_DCTYPE_DCI, MLX5DV_DCTYPE_DCT, ibv_access_flags, ibv_ah_attr, ibv_cq, ibv_qp,
+    ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_create_send_ops_flags, ibv_qp_ex, ibv_qp_init_attr_ex,
+    ibv_qp_init_attr_mask, ibv_qp_state, ibv_qp_type, mlx5dv_context, mlx5dv_context_comp_mask,
+    mlx5dv_qp_ex, mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,
 };
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionQueue as _};
 
+use crate::dc::handles::RawSrq;
 use crate::device::RdmaDevice;
 use crate::error::RdmaError;
 use crate::qp::QpOptions;
@@ -106,7 +106,7 @@ impl RawQp {
             .into();
         match role {
             DcRole::Target { srq, key } => {
-                attr.srq = srq.srq.as_ptr();
+                attr.srq = srq.as_ptr();
                 dv.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCT;
                 // SAFETY: writes the union member a DCT uses.
                 unsafe { *dv.dc_init_attr.__bindgen_anon_1.dct_access_key.as_mut() = key };
@@ -308,7 +308,7 @@ fn context_ptr(device: &RdmaDevice) -> *mut rdma_mummy_sys::ibv_context {
     unsafe { device.context().context() }.as_ptr()
 }
 
-fn pd_ptr(device: &RdmaDevice) -> *mut rdma_mummy_sys::ibv_pd {
+pub(crate) fn pd_ptr(device: &RdmaDevice) -> *mut rdma_mummy_sys::ibv_pd {
     // SAFETY: the pointer is only used while `device` (which owns the PD) is alive.
     unsafe { device.pd().pd() }.as_ptr()
 }
@@ -320,105 +320,7 @@ fn blank_attr(state: ibv_qp_state::Type) -> ibv_qp_attr {
     attr
 }
 
-/// A shared receive queue for a DC target. One-sided operations consume no receive entries,
-/// so it stays empty; mlx5 requires one all the same.
-pub(crate) struct RawSrq {
-    srq: NonNull<ibv_srq>,
-    device: String,
-}
-
-// SAFETY: see RawQp; nothing is ever posted to this SRQ.
-unsafe impl Send for RawSrq {}
-// SAFETY: as above.
-unsafe impl Sync for RawSrq {}
-
-impl RawSrq {
-    pub fn create(device: &RdmaDevice) -> Result<Self, RdmaError> {
-        // SAFETY: plain C data; all-zero is a valid value.
-        let mut attr: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
-        attr.attr.max_wr = 1;
-        attr.attr.max_sge = 1;
-        // SAFETY: the protection domain is alive; `attr` outlives the call.
-        let srq = unsafe { rdma_mummy_sys::ibv_create_srq(pd_ptr(device), &mut attr) };
-        NonNull::new(srq)
-            .map(|srq| Self {
-                srq,
-                device: device.name().to_owned(),
-            })
-            .ok_or_else(|| {
-                RdmaError::verbs(
-                    "ibv_create_srq",
-                    device.name(),
-                    &std::io::Error::last_os_error(),
-                )
-            })
-    }
-}
-
-impl Drop for RawSrq {
-    fn drop(&mut self) {
-        // SAFETY: the SRQ is alive, and the DCT using it was dropped first (field order).
-        let rc = unsafe { rdma_mummy_sys::ibv_destroy_srq(self.srq.as_ptr()) };
-        if rc != 0 {
-            tracing::error!(device = %self.device, errno = rc, "ibv_destroy_srq failed");
-        }
-    }
-}
-
-/// An address handle towards one DC target's port.
-pub(crate) struct RawAh {
-    ah: NonNull<ibv_ah>,
-    device: String,
-}
-
-// SAFETY: an address handle is immutable after creation; posts only read it.
-unsafe impl Send for RawAh {}
-// SAFETY: as above.
-unsafe impl Sync for RawAh {}
-
-impl RawAh {
-    pub fn create(device: &RdmaDevice, plan: &AddressPlan) -> Result<Self, RdmaError> {
-        let mut attr = av(plan.port, plan.dest_lid, plan.service_level);
-        if let Some(grh) = plan.grh {
-            attr.is_global = 1;
-            attr.grh.dgid = ibv_gid { raw: grh.dgid.0 };
-            attr.grh.flow_label = grh.flow_label;
-            attr.grh.sgid_index = sgid_index(grh.sgid_index)?;
-            attr.grh.hop_limit = grh.hop_limit;
-            attr.grh.traffic_class = grh.traffic_class;
-        }
-        // SAFETY: the protection domain is alive; `attr` is initialised and outlives the call.
-        let ah = unsafe { rdma_mummy_sys::ibv_create_ah(pd_ptr(device), &mut attr) };
-        NonNull::new(ah)
-            .map(|ah| Self {
-                ah,
-                device: device.name().to_owned(),
-            })
-            .ok_or_else(|| {
-                RdmaError::verbs(
-                    "ibv_create_ah",
-                    device.name(),
-                    &std::io::Error::last_os_error(),
-                )
-            })
-    }
-
-    pub fn as_ptr(&self) -> *mut ibv_ah {
-        self.ah.as_ptr()
-    }
-}
-
-impl Drop for RawAh {
-    fn drop(&mut self) {
-        // SAFETY: the handle is alive; operations using it completed (a peer outlives none).
-        let rc = unsafe { rdma_mummy_sys::ibv_destroy_ah(self.ah.as_ptr()) };
-        if rc != 0 {
-            tracing::error!(device = %self.device, errno = rc, "ibv_destroy_ah failed");
-        }
-    }
-}
-
-fn av(port: u8, dlid: u16, sl: u8) -> ibv_ah_attr {
+pub(crate) fn av(port: u8, dlid: u16, sl: u8) -> ibv_ah_attr {
     // SAFETY: ibv_ah_attr is plain C data; all-zero is a valid value.
     let mut attr: ibv_ah_attr = unsafe { std::mem::zeroed() };
     attr.port_num = port;
@@ -427,7 +329,7 @@ fn av(port: u8, dlid: u16, sl: u8) -> ibv_ah_attr {
     attr
 }
 
-fn sgid_index(index: u32) -> Result<u8, RdmaError> {
+pub(crate) fn sgid_index(index: u32) -> Result<u8, RdmaError> {
     u8::try_from(index).map_err(|_| RdmaError::InvalidArgument {
         name: "gid_index",
         value: index.to_string(),
