@@ -1,14 +1,16 @@
 //! The memory-mode arena: one anonymous mapping (explicit hugepages, else transparent
 //! hugepages, else ordinary pages) plus the blocks handed out inside it.
 //!
-//! This is the only module with `unsafe` (here and in [`checksum`], whose fused copy-and-hash
-//! writes arena blocks and dispatches to an AVX2 build at run time). Soundness rests on one invariant kept here: an
-//! [`ArenaBlock`] is the sole owner of its range (the [`Allocator`] never hands out overlapping
-//! live ranges, and a block frees its range only when dropped), so `&mut` access through a
-//! block never aliases another block's bytes. Remote writers (RDMA) act outside Rust's model; the
+//! This is the only module with `unsafe`: here, in [`checksum`] (whose fused copy-and-hash
+//! writes arena blocks and dispatches to an AVX2 build at run time), in [`drive_map`] (file-mode
+//! drives mapped for one-pass reads). Soundness rests on one invariant kept
+//! here: an [`ArenaBlock`] is the sole owner of its range (the [`Allocator`] never hands out
+//! overlapping live ranges, and a block frees its range only when dropped), so `&mut` access
+//! through a block never aliases another block's bytes. Remote writers (RDMA) act outside Rust's model; the
 //! protocol (reservation ids, pins) keeps them on ranges nobody else reads at the time.
 
 mod checksum;
+mod drive_map;
 
 use std::io;
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::allocator::{AllocStats, Allocation, Allocator};
 pub(crate) use checksum::{IncrementalXxh3, copy_and_xxh3, xxh3};
+pub(crate) use drive_map::DriveMap;
 
 /// What memory backs the arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,12 +4,28 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+use crate::arena::{DriveMap, IncrementalXxh3};
 
 /// Positional, synchronous block I/O on one drive.
 pub(crate) trait ExtentIo: Send + Sync {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Copies the bytes at `offset` into `value[range]` and feeds them to `hash` in the same
+    /// pass, for drives that can hand out their bytes without a separate copy (a mapped file).
+    /// `Ok(false)`: not possible here (nothing was copied); use [`Self::read_at`]. A direct
+    /// (O_DIRECT) drive keeps this default.
+    fn read_hashed_at(
+        &self,
+        _offset: u64,
+        _value: &mut [u8],
+        _range: Range<usize>,
+        _hash: &mut IncrementalXxh3,
+    ) -> io::Result<bool> {
+        Ok(false)
+    }
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
     /// Makes every completed write durable (data only; metadata as needed to read it back).
     fn sync(&self) -> io::Result<()>;
@@ -17,9 +33,12 @@ pub(crate) trait ExtentIo: Send + Sync {
     fn path(&self) -> &Path;
 }
 
-/// A drive that is a regular file, accessed through the page cache.
+/// A drive that is a regular file, accessed through the page cache: written with `pwrite`,
+/// read through a shared mapping where the kernel allows (one pass that copies and hashes),
+/// else with `pread`.
 pub(crate) struct FileDrive {
     file: File,
+    map: Option<DriveMap>,
     path: PathBuf,
     len: u64,
 }
@@ -44,6 +63,7 @@ impl FileDrive {
             file.set_len(len)?;
         }
         Ok(Self {
+            map: DriveMap::new(&file, len),
             file,
             path: path.to_owned(),
             len,
@@ -54,6 +74,19 @@ impl FileDrive {
 impl ExtentIo for FileDrive {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
+    }
+
+    fn read_hashed_at(
+        &self,
+        offset: u64,
+        value: &mut [u8],
+        range: Range<usize>,
+        hash: &mut IncrementalXxh3,
+    ) -> io::Result<bool> {
+        match &self.map {
+            Some(m) => m.copy_hashed(offset, value, range, hash),
+            None => Ok(false),
+        }
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
