@@ -17,6 +17,10 @@ pub const DEFAULT_SERVER: &str = "127.0.0.1:9900";
 pub const DEFAULT_NUM_CONNECTIONS: usize = 4;
 /// Most connections per server accepted from configuration.
 pub const MAX_NUM_CONNECTIONS: usize = 1024;
+/// Default DC initiators per rail (as the server's `rdma.num_dcis`).
+pub const DEFAULT_NUM_DCIS: u32 = 16;
+/// Most DC initiators per rail (memkv-rdma's limit).
+pub const MAX_NUM_DCIS: u32 = memkv_rdma::dc::MAX_DCIS;
 /// Deadline of one operation unless configured.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest deadline accepted from configuration (one hour).
@@ -64,6 +68,8 @@ pub struct ClientConfig {
     pub pkey_index: Option<u16>,
     /// RDMA devices (rails) to use.
     pub rdma_devices: Vec<String>,
+    /// DC initiators per rail on devices that can do DC (mlx5); unused with RC.
+    pub num_dcis: u32,
     /// Ask servers to MAC every payload (for untrusted networks).
     pub payload_mac: bool,
 }
@@ -79,6 +85,7 @@ impl ClientConfig {
             timeout: DEFAULT_TIMEOUT,
             pkey_index: None,
             rdma_devices: Vec::new(),
+            num_dcis: DEFAULT_NUM_DCIS,
             payload_mac: false,
         }
     }
@@ -167,6 +174,13 @@ impl ClientConfig {
             Some(list) => split_list(&list),
             None => raw.rdma_devices.unwrap_or_default(),
         };
+        let num_dcis = match env("MEMKV_RDMA_NUM_DCIS") {
+            Some(n) => parse_int(&n, "MEMKV_RDMA_NUM_DCIS", 1, MAX_NUM_DCIS.into())?,
+            None => match raw.num_dcis {
+                Some(n) => in_range(n, &key("num_dcis"), 1, MAX_NUM_DCIS.into())?,
+                None => DEFAULT_NUM_DCIS.into(),
+            },
+        } as u32;
         Ok(ClientConfig {
             servers,
             auth_key,
@@ -175,6 +189,7 @@ impl ClientConfig {
             timeout: timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis),
             pkey_index,
             rdma_devices,
+            num_dcis,
             payload_mac: raw.payload_mac.unwrap_or(false),
         })
     }
@@ -192,6 +207,7 @@ struct RawClientConfig {
     deadline: Option<String>,
     pkey_index: Option<u16>,
     rdma_devices: Option<Vec<String>>,
+    num_dcis: Option<u64>,
     payload_mac: Option<bool>,
 }
 

@@ -31,6 +31,7 @@ pub mod metrics;
 mod pool;
 mod rdma;
 mod rdma_batch;
+mod rdma_channel;
 mod rdma_flow;
 mod rdma_move;
 mod rdma_ops;

@@ -15,13 +15,14 @@ use std::time::Instant;
 use memkv_fabric::{Fabric, FabricConfig};
 use memkv_proto::connect::RdmaEndpoint;
 use memkv_proto::{Opcode, Status};
-use memkv_rdma::{RcQueuePair, RdmaDevice, StagingPool};
+use memkv_rdma::{QpOptions, RdmaDevice, StagingPool};
 use tokio::sync::Mutex;
 
 use crate::config::{ClientConfig, Transport};
 use crate::conn::Connection;
 use crate::join::join_all;
 use crate::pool::ServerPool;
+use crate::rdma_channel::Channel;
 use crate::rdma_rails::{Health, Rail, RailStats, usable};
 use crate::{Error, Result};
 
@@ -29,17 +30,17 @@ use crate::{Error, Result};
 const STAGING_BUFFERS: usize = 16;
 const STAGING_SIZE: usize = 4 << 20;
 
-/// One server's queue pair on one rail and the control connection that keeps the server's
-/// end alive.
+/// One server's channel on one rail (an RC queue pair, or DC initiators towards its DC
+/// target) and the control connection that keeps the server's end alive.
 pub(crate) struct Session {
     control: Arc<Connection>,
-    pub qp: Arc<RcQueuePair>,
+    pub channel: Channel,
     pub rail: usize,
 }
 
 impl Session {
     fn usable(&self) -> bool {
-        self.control.is_open() && !self.qp.is_broken()
+        self.control.is_open() && !self.channel.is_broken()
     }
 }
 
@@ -60,6 +61,8 @@ pub(crate) struct RdmaPath {
     next_rail: AtomicUsize,
     fell_back: AtomicBool,
     fallback_reason: std::sync::Mutex<Option<String>>,
+    /// DC access key for servers that answer Connect with their DC target.
+    dc_key: u64,
     // Dropped last: its event watchers serve the devices above.
     _fabric: Fabric,
 }
@@ -117,7 +120,8 @@ impl RdmaPath {
         for name in &names {
             let opened = RdmaDevice::open(&fabric, Some(name), None).and_then(|device| {
                 let staging = StagingPool::new(&device, STAGING_SIZE, STAGING_BUFFERS)?;
-                Ok(Rail::new(device, staging))
+                let dci = dci_pool(&device, config.num_dcis);
+                Ok(Rail::new(device, staging, dci))
             });
             match opened {
                 Ok(rail) => rails.push(rail),
@@ -146,6 +150,7 @@ impl RdmaPath {
             slots,
             next_rail: AtomicUsize::new(0),
             fell_back: AtomicBool::new(false),
+            dc_key: config.auth_key.dc_access_key(),
             _fabric: fabric,
         }))
     }
@@ -226,13 +231,16 @@ impl RdmaPath {
             .iter()
             .enumerate()
             .map(|(r, rail)| {
-                let mut doorbells = rail.retired_doorbells.load(Ordering::Relaxed);
+                let mut doorbells = rail.retired_doorbells.load(Ordering::Relaxed)
+                    + rail.dci.as_ref().map_or(0, |p| p.doorbells());
                 let mut dropped = Vec::new();
+                let mut dc_sessions = 0;
                 for (server, slots) in servers.iter().zip(&self.slots) {
                     if let Ok(s) = slots[r].session.try_lock()
                         && let Some(s) = s.as_ref()
                     {
-                        doorbells += s.qp.doorbells();
+                        doorbells += s.channel.doorbells();
+                        dc_sessions += usize::from(s.channel.transport() == "DC");
                     }
                     let health = slots[r].health.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(reason) = health.reason(now) {
@@ -244,6 +252,12 @@ impl RdmaPath {
                     doorbells,
                     bytes: rail.bytes.load(Ordering::Relaxed),
                     dropped,
+                    transport: if dc_sessions > 0 { "DC" } else { "RC" },
+                    transport_reason: match (&rail.no_dc, dc_sessions) {
+                        (_, 1..) => "both sides support DC".to_owned(),
+                        (Some(why), _) => format!("no DC on this side: {why}"),
+                        (None, _) => "the server offers no DC target".to_owned(),
+                    },
                 }
             })
             .collect()
@@ -316,7 +330,7 @@ impl RdmaPath {
         if let Some(old) = slot.take() {
             self.rails[rail]
                 .retired_doorbells
-                .fetch_add(old.qp.doorbells(), Ordering::Relaxed);
+                .fetch_add(old.channel.doorbells(), Ordering::Relaxed);
         }
         let server = pool.server();
         let control = pool.connection().await?;
@@ -326,7 +340,11 @@ impl RdmaPath {
                 .create_rc()
                 .map_err(|e| rdma_err(server, e))?,
         );
-        let local = qp.local_endpoint(None).map_err(|e| rdma_err(server, e))?;
+        let dci = self.rails[rail].dci.as_ref();
+        let local = RdmaEndpoint {
+            dc_capable: dci.is_some(),
+            ..qp.local_endpoint(None).map_err(|e| rdma_err(server, e))?
+        };
         let response = control
             .call(Opcode::Connect, &[], &[&local.encode()], None, Vec::new())
             .await
@@ -339,11 +357,55 @@ impl RdmaPath {
             ));
         }
         let peer = RdmaEndpoint::decode(&response.payload).map_err(|e| rdma_err(server, e))?;
-        qp.connect_async(&peer)
-            .await
-            .map_err(|e| rdma_err(server, e))?;
-        let session = Arc::new(Session { control, qp, rail });
+        let channel = match (peer.dc_target, dci) {
+            (true, Some(pool)) => Channel::Dc {
+                peer: pool
+                    .add_peer(&peer, self.dc_key)
+                    .map_err(|e| rdma_err(server, e))?,
+                pool: Arc::clone(pool),
+            },
+            (true, None) => {
+                return Err(rdma_err(
+                    server,
+                    "the server answered Connect with a DC target, but this rail offered no DC",
+                ));
+            }
+            (false, _) => {
+                qp.connect_async(&peer)
+                    .await
+                    .map_err(|e| rdma_err(server, e))?;
+                Channel::Rc(qp)
+            }
+        };
+        tracing::debug!(%server, rail = self.rails[rail].device.name(), transport = channel.transport(), "RDMA session ready");
+        let session = Arc::new(Session {
+            control,
+            channel,
+            rail,
+        });
         *slot = Some(Arc::clone(&session));
         Ok(session)
     }
+}
+
+/// The rail's DC initiators when its device can do DC (mlx5); otherwise why not, and every
+/// server gets an RC queue pair on this rail.
+fn dci_pool(
+    device: &Arc<RdmaDevice>,
+    num_dcis: u32,
+) -> std::result::Result<Arc<memkv_rdma::DciPool>, String> {
+    if let memkv_rdma::DcSupport::Unsupported(why) = device.dc_support() {
+        tracing::debug!(rail = device.name(), "DC not used ({why}); RC");
+        return Err(why.to_string());
+    }
+    device
+        .create_dci_pool(num_dcis, QpOptions::default())
+        .map(Arc::new)
+        .map_err(|e| {
+            tracing::warn!(
+                rail = device.name(),
+                "DC initiators not created ({e}); using RC"
+            );
+            format!("DC initiators not created: {e}")
+        })
 }

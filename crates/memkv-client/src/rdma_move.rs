@@ -45,7 +45,10 @@ impl RdmaPath {
             && let Some(home) = sessions.iter().position(|s| s.rail == buf.rail)
         {
             let transfers = direct_transfers(remotes, bases);
-            let result = sessions[home].qp.write_batch(&buf.buf, &transfers).await;
+            let result = sessions[home]
+                .channel
+                .write_batch(&buf.buf, &transfers)
+                .await;
             if let Some(moved) =
                 self.after_direct(index, server, &mut sessions, home, remotes, result, "write")
             {
@@ -126,7 +129,10 @@ impl RdmaPath {
         let mut sessions = sessions.to_vec();
         if let Some(home) = sessions.iter().position(|s| s.rail == buf.rail) {
             let transfers = direct_transfers(remotes, bases);
-            let result = sessions[home].qp.read_batch(&mut buf.buf, &transfers).await;
+            let result = sessions[home]
+                .channel
+                .read_batch(&mut buf.buf, &transfers)
+                .await;
             if let Some(moved) =
                 self.after_direct(index, server, &mut sessions, home, remotes, result, "read")
             {
@@ -210,7 +216,7 @@ impl RdmaPath {
                     rkey: remote.rkey,
                 });
             }
-            session.qp.write_batch(&staging, &transfers).await
+            session.channel.write_batch(&staging, &transfers).await
         }))
         .await;
         results
@@ -253,7 +259,7 @@ impl RdmaPath {
         let results = join_all(jobs.into_iter().map(|job| async move {
             let mut staging = pool.acquire().await;
             let transfers: Vec<Transfer> = job.iter().map(|(t, _)| *t).collect();
-            session.qp.read_batch(&mut staging, &transfers).await?;
+            session.channel.read_batch(&mut staging, &transfers).await?;
             for (t, out) in job {
                 out.copy_from_slice(&staging.as_slice()[t.local_offset..t.local_offset + t.len]);
             }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use memkv_rdma::{RdmaDevice, StagingPool};
+use memkv_rdma::{DciPool, RdmaDevice, StagingPool};
 
 /// How long a rail dropped for a server stays out before it is tried again.
 pub(crate) const RAIL_RETRY: Duration = Duration::from_secs(10);
@@ -27,21 +27,39 @@ pub struct RailStats {
     pub bytes: u64,
     /// Servers for which the rail is dropped now, with the reason.
     pub dropped: Vec<(String, String)>,
+    /// "DC" when a server is reached through DC initiators on this rail, else "RC".
+    pub transport: &'static str,
+    /// Why that transport: e.g. "both sides support DC", or why DC is not used.
+    pub transport_reason: String,
 }
 
 pub(crate) struct Rail {
     pub device: Arc<RdmaDevice>,
     pub staging: Arc<StagingPool>,
+    /// DC initiators shared by every server on this rail, when the device can do DC.
+    pub dci: Option<Arc<DciPool>>,
+    /// Why this rail has no DC initiators (when it has none).
+    pub no_dc: Option<String>,
     /// Doorbells of this rail's queue pairs that were replaced.
     pub retired_doorbells: AtomicU64,
     pub bytes: AtomicU64,
 }
 
 impl Rail {
-    pub fn new(device: Arc<RdmaDevice>, staging: Arc<StagingPool>) -> Rail {
+    pub fn new(
+        device: Arc<RdmaDevice>,
+        staging: Arc<StagingPool>,
+        dci: Result<Arc<DciPool>, String>,
+    ) -> Rail {
+        let (dci, no_dc) = match dci {
+            Ok(pool) => (Some(pool), None),
+            Err(why) => (None, Some(why)),
+        };
         Rail {
             device,
             staging,
+            dci,
+            no_dc,
             retired_doorbells: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         }

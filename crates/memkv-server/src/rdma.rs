@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use memkv_fabric::{Fabric, FabricConfig, PortPlan, config::parse_mtu};
-use memkv_rdma::{MemoryRegion, RdmaDevice};
+use memkv_rdma::{DcSupport, DcTarget, MemoryRegion, RdmaDevice};
 use memkv_store::ArenaInfo;
 
 use crate::admin::RdmaDeviceStatus;
@@ -12,6 +12,9 @@ use crate::config::RdmaConfig;
 
 /// The device and registered arena RDMA clients read and write.
 pub struct RdmaServing {
+    /// The DC target DC-capable clients reach the arena through (mlx5 devices that support
+    /// DC); `None`: every client gets an RC queue pair. Dropped before the region and device.
+    pub dc: Option<DcTarget>,
     /// Declared before `device`: the region is deregistered before the device closes.
     pub arena: MemoryRegion,
     pub device: Arc<RdmaDevice>,
@@ -80,7 +83,8 @@ fn device_status(plan: &PortPlan) -> RdmaDeviceStatus {
 /// # Safety
 ///
 /// `arena` must describe memory that stays mapped until the returned state is dropped.
-pub unsafe fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaInfo>) -> RdmaState {
+/// `dc_key` is the DC access key derived from the auth key (used when the device has DC).
+pub unsafe fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaInfo>, dc_key: u64) -> RdmaState {
     if !rdma.enabled {
         return RdmaState::inactive("disabled by rdma.enabled: false".into(), None, Vec::new());
     }
@@ -138,15 +142,26 @@ pub unsafe fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaInfo>) -> RdmaState
             return RdmaState::inactive(reason, Some(fabric), devices);
         }
     };
+    let dc = dc_target(&device, dc_key);
+    let mut devices = devices;
+    let transport = if dc.is_some() { "dc+rc" } else { "rc" };
+    for d in devices
+        .iter_mut()
+        .filter(|d| d.name == device.name() && d.port == device.port())
+    {
+        d.qp_transport = transport.to_owned();
+    }
     tracing::info!(
         device = device.name(),
         port = device.port(),
         arena_bytes = arena.len,
         registration_ms = region.registration_time().as_millis() as u64,
-        "RDMA serving (RC): arena registered"
+        transport,
+        "RDMA serving: arena registered"
     );
     RdmaState {
         serving: Some(RdmaServing {
+            dc,
             arena: region,
             device,
         }),
@@ -158,6 +173,27 @@ pub unsafe fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaInfo>) -> RdmaState
     }
 }
 
+/// The device's DC target when it can do DC; otherwise (every non-mlx5 device, Soft-RoCE
+/// included) `None` with the reason logged, and clients get RC queue pairs.
+fn dc_target(device: &Arc<RdmaDevice>, dc_key: u64) -> Option<DcTarget> {
+    match device.dc_support() {
+        DcSupport::Unsupported(why) => {
+            tracing::info!(device = device.name(), "DC not used ({why}); serving RC");
+            None
+        }
+        DcSupport::Supported(_) => match device.create_dc_target(dc_key) {
+            Ok(target) => Some(target),
+            Err(e) => {
+                tracing::warn!(
+                    device = device.name(),
+                    "DC target not created ({e}); serving RC"
+                );
+                None
+            }
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,7 +201,7 @@ mod tests {
     #[test]
     fn this_host_has_no_rdma_and_says_so() {
         // SAFETY: no arena is given.
-        let state = unsafe { bring_up(&RdmaConfig::default(), None) };
+        let state = unsafe { bring_up(&RdmaConfig::default(), None, 0) };
         assert!(!state.active);
         let reason = state.reason.unwrap();
         // The build machines have no RDMA; inside the Soft-RoCE VM mlx5_0 does not exist.
@@ -182,7 +218,7 @@ mod tests {
             ..RdmaConfig::default()
         };
         // SAFETY: no arena is given.
-        let state = unsafe { bring_up(&cfg, None) };
+        let state = unsafe { bring_up(&cfg, None, 0) };
         assert_eq!(
             state.reason.as_deref(),
             Some("disabled by rdma.enabled: false")

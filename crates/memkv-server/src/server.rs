@@ -83,11 +83,12 @@ impl Server {
             tracing::info!(bytes = arena.len, backing = ?arena.backing, "memory arena mapped");
         }
         let rdma_config = config.rdma.clone();
+        let dc_key = key.dc_access_key();
         let (store, rdma) = tokio::task::spawn_blocking(move || {
             let arena = store.arena();
             // SAFETY: the arena belongs to `store`, which `Shared` keeps, and `Shared` drops
             // its RDMA state (and so the registration) before the store.
-            let rdma = unsafe { crate::rdma::bring_up(&rdma_config, arena) };
+            let rdma = unsafe { crate::rdma::bring_up(&rdma_config, arena, dc_key) };
             (store, rdma)
         })
         .await

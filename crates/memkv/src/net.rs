@@ -94,8 +94,18 @@ pub async fn verify(args: VerifyArgs) -> Result<(), Exit> {
         .map_err(|e| failed(exit::for_error(&e), e))?;
     let read = started.elapsed();
     let _ = client.delete(key.as_bytes()).await;
+    let rails = client.rdma_rail_stats();
+    let qp_transport = match client.transport() {
+        "rdma" if rails.iter().any(|r| r.transport == "DC") => "DC",
+        "rdma" => "RC",
+        _ => "TCP",
+    };
     let transport = match client.transport() {
-        "rdma" => format!("RC over {}", client.rdma_rails().join(",")),
+        "rdma" => rails
+            .iter()
+            .map(|r| format!("{} over {} ({})", r.transport, r.device, r.transport_reason))
+            .collect::<Vec<_>>()
+            .join("; "),
         _ => format!(
             "TCP (RDMA not used: {})",
             client
@@ -128,11 +138,7 @@ pub async fn verify(args: VerifyArgs) -> Result<(), Exit> {
     println!(
         "VERIFIED {} bytes over {}: write {:.2} ms, read {:.2} ms",
         args.size,
-        if client.transport() == "rdma" {
-            "RC"
-        } else {
-            "TCP"
-        },
+        qp_transport,
         wrote.as_secs_f64() * 1e3,
         read.as_secs_f64() * 1e3
     );

@@ -36,7 +36,7 @@ fn defaults_apply_when_only_a_key_is_given() {
 fn environment_overrides_the_file() {
     let file = format!(
         "servers: [\"a:1\", \"b:2\"]\nauth_key: {KEY_A}\ntransport: tcp\nnum_connections: 2\n\
-         timeout_ms: 700\npkey_index: 3\nrdma_devices: [mlx5_0]\npayload_mac: true\n"
+         timeout_ms: 700\npkey_index: 3\nrdma_devices: [mlx5_0]\nnum_dcis: 32\npayload_mac: true\n"
     );
     let from_file = resolve(Some(&file), &[]).unwrap();
     assert_eq!(from_file.servers, vec!["a:1", "b:2"]);
@@ -46,6 +46,7 @@ fn environment_overrides_the_file() {
     assert_eq!(from_file.timeout, Duration::from_millis(700));
     assert_eq!(from_file.pkey_index, Some(3));
     assert_eq!(from_file.rdma_devices, vec!["mlx5_0"]);
+    assert_eq!(from_file.num_dcis, 32);
     assert!(from_file.payload_mac);
 
     let env = [
@@ -56,8 +57,12 @@ fn environment_overrides_the_file() {
         ("MEMKV_TIMEOUT_MS", "1500"),
         ("MEMKV_RDMA_PKEY_INDEX", "1"),
         ("MEMKV_RDMA_DEVICES", "mlx5_1,mlx5_2"),
+        ("MEMKV_RDMA_NUM_DCIS", "8"),
     ];
     let c = resolve(Some(&file), &env).unwrap();
+    assert_eq!(c.num_dcis, 8);
+    let zero = resolve(Some(&file), &[("MEMKV_RDMA_NUM_DCIS", "0")]).unwrap_err();
+    assert!(zero.to_string().contains("MEMKV_RDMA_NUM_DCIS"), "{zero}");
     assert_eq!(c.servers, vec!["c:3", "d:4"]);
     assert_eq!(c.auth_key.to_hex(), KEY_B);
     assert_eq!(c.transport, Transport::Auto);

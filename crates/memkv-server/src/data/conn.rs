@@ -288,7 +288,8 @@ impl Connection {
     }
 
     /// RDMA bootstrap: builds a queue pair towards the client's, moves it to ready-to-send
-    /// and answers with this side's endpoint and the arena's address and rkey.
+    /// and answers with this side's endpoint and the arena's address and rkey. A DC-capable
+    /// client of a server with a DC target gets the target's number instead (flag `dc_target`).
     async fn connect_rdma(&mut self, h: &Header, payload: &[u8]) -> Outgoing {
         let Some(serving) = &self.shared.rdma.serving else {
             let reason = self
@@ -315,6 +316,21 @@ impl Connection {
             Err(e) => return Outgoing::error(h, e.status(), &e.to_string()),
         };
         let arena = (serving.arena.addr(), serving.arena.rkey());
+        if let Some(target) = serving.dc.as_ref().filter(|_| peer.dc_capable) {
+            // DC: the client's initiators reach the arena through the device's one target, so
+            // this connection gets no queue pair of its own.
+            return match target.local_endpoint(Some(arena)) {
+                Ok(local) => {
+                    let local = memkv_proto::connect::RdmaEndpoint {
+                        dc_target: true,
+                        ..local
+                    };
+                    tracing::debug!(peer = %self.peer, dct = target.dct_num(), "RDMA connect: DC");
+                    Outgoing::new(h, Status::Ok, Body::Owned(local.encode()))
+                }
+                Err(e) => Outgoing::error(h, Status::Unsupported, &e.to_string()),
+            };
+        }
         let qp = match serving.device.create_rc() {
             Ok(qp) => Arc::new(qp),
             Err(e) => {

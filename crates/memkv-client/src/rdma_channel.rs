@@ -1,0 +1,61 @@
+//! How one session moves bytes to its server: its own RC queue pair, or (when the server
+//! answered Connect with its DC target) the rail's shared pool of DC initiators. Both take the
+//! same batches of transfers; the rest of the client does not care which it has.
+
+use std::sync::Arc;
+
+use memkv_rdma::{DcPeer, DciPool, LocalMemory, RcQueuePair, RdmaError, Transfer};
+
+pub(crate) enum Channel {
+    Rc(Arc<RcQueuePair>),
+    Dc { pool: Arc<DciPool>, peer: DcPeer },
+}
+
+impl Channel {
+    pub async fn write_batch<L: LocalMemory + ?Sized>(
+        &self,
+        local: &L,
+        transfers: &[Transfer],
+    ) -> Result<(), RdmaError> {
+        match self {
+            Channel::Rc(qp) => qp.write_batch(local, transfers).await,
+            Channel::Dc { pool, peer } => pool.write_batch(peer, local, transfers).await,
+        }
+    }
+
+    pub async fn read_batch<L: LocalMemory + ?Sized>(
+        &self,
+        local: &mut L,
+        transfers: &[Transfer],
+    ) -> Result<(), RdmaError> {
+        match self {
+            Channel::Rc(qp) => qp.read_batch(local, transfers).await,
+            Channel::Dc { pool, peer } => pool.read_batch(peer, local, transfers).await,
+        }
+    }
+
+    /// A broken RC pair is rebuilt by a new Connect. A DC pool repairs its initiators itself,
+    /// so it needs a new session only when every initiator is broken.
+    pub fn is_broken(&self) -> bool {
+        match self {
+            Channel::Rc(qp) => qp.is_broken(),
+            Channel::Dc { pool, .. } => pool.broken_dcis() >= pool.num_dcis(),
+        }
+    }
+
+    /// Doorbells rung for this session alone; a DC pool's are counted once per rail.
+    pub fn doorbells(&self) -> u64 {
+        match self {
+            Channel::Rc(qp) => qp.doorbells(),
+            Channel::Dc { .. } => 0,
+        }
+    }
+
+    /// "RC" or "DC", for reports.
+    pub fn transport(&self) -> &'static str {
+        match self {
+            Channel::Rc(_) => "RC",
+            Channel::Dc { .. } => "DC",
+        }
+    }
+}
