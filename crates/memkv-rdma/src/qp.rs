@@ -19,7 +19,8 @@ use crate::endpoint::{advertise, peer_endpoint, peer_key};
 use crate::error::RdmaError;
 use crate::gate::PeerWindow;
 
-/// Queue pair transports. Only RC is implemented; DC (mlx5) would be another variant.
+/// The transport of an [`RcQueuePair`]. DC is not a queue pair of its own here: it lives in
+/// [`crate::dc`] (a [`crate::DciPool`] of initiators and one [`crate::DcTarget`] per server).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QpTransport {
     Rc,
