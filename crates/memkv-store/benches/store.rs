@@ -40,7 +40,16 @@ fn hash(c: &mut Criterion) {
         let data = payload(len);
         g.throughput(Throughput::Bytes(len as u64));
         g.bench_function(BenchmarkId::new("store_checksum", label), |b| {
-            b.iter(|| memkv_store::checksum(black_box(&data)))
+            b.iter(|| memkv_store::checksum::xxh3_64(black_box(&data)))
+        });
+        g.bench_function(BenchmarkId::new("store_stream_64KiB_chunks", label), |b| {
+            b.iter(|| {
+                let mut h = memkv_store::checksum::Xxh3Stream::new();
+                for part in black_box(&data).chunks(64 << 10) {
+                    h.update(part);
+                }
+                h.digest()
+            })
         });
         g.bench_function(BenchmarkId::new("xxhash_rust", label), |b| {
             b.iter(|| xxhash_rust::xxh3::xxh3_64(black_box(&data)))

@@ -23,7 +23,9 @@
 //!   build (picked at run time) that also copies while hashing, so a memory-mode put reads its
 //!   source once, and so does a file-mode read: drive files are mapped and a read copies the
 //!   value out of the page cache while hashing it (after MADV_POPULATE_READ, which turns a
-//!   would-be SIGBUS into an error; `pread` plus hashing where the kernel lacks it).
+//!   would-be SIGBUS into an error; `pread` plus hashing where the kernel lacks it). Clients use
+//!   [`checksum::xxh3_64`] (or [`checksum::Xxh3Stream`] for data that arrives in chunks) to
+//!   compute the value a commit is checked against.
 //!
 //! # Durability (file mode)
 //!
@@ -44,6 +46,7 @@
 
 mod allocator;
 mod arena;
+pub mod checksum;
 mod config;
 mod error;
 mod eviction;
@@ -71,7 +74,8 @@ pub use value::{Pinned, ValueRef};
 /// On-disk format version this build writes (file mode); older versions are read.
 pub const FILE_FORMAT_VERSION: u32 = file::FORMAT_VERSION;
 
-/// The checksum the store uses: xxh3-64 of the value bytes.
+/// The checksum the store uses: xxh3-64 of the value bytes (the same as
+/// [`checksum::xxh3_64`]).
 pub fn checksum(bytes: &[u8]) -> u64 {
     arena::xxh3(bytes)
 }

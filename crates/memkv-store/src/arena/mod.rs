@@ -18,6 +18,7 @@ use std::sync::Arc;
 use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::allocator::{AllocStats, Allocation, Allocator};
+pub use checksum::Xxh3Stream;
 pub(crate) use checksum::{IncrementalXxh3, copy_and_xxh3, xxh3};
 pub(crate) use drive_map::DriveMap;
 

@@ -10,17 +10,19 @@
 //! the library.
 //!
 //! Forms: one-shot ([`xxh3`], [`copy_and_xxh3`]); [`IncrementalXxh3`] for a buffer of known
-//! length that fills front to back.
+//! length that fills front to back; [`Xxh3Stream`] for data of unknown length in chunks.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod incremental;
+mod stream;
 #[cfg(test)]
 mod tests;
 
 use std::sync::OnceLock;
 
 pub(crate) use incremental::IncrementalXxh3;
+pub use stream::Xxh3Stream;
 
 const STRIPE: usize = 64;
 const SECRET_LEN: usize = 192;

@@ -32,6 +32,9 @@ fn matches_reference_on_edges() {
         let mut dst = vec![0; len];
         assert_eq!(copy_and_xxh3(&mut dst, &src), want, "copy len {len}");
         assert_eq!(dst, src);
+        let mut stream = Xxh3Stream::new();
+        stream.update(&src);
+        assert_eq!(stream.digest(), want, "stream len {len}");
     }
 }
 
@@ -86,6 +89,22 @@ proptest! {
         }
         prop_assert_eq!(&value, &src);
         prop_assert_eq!(h.finish(&value), xxhash_rust::xxh3::xxh3_64(&src));
+    }
+
+    #[test]
+    fn stream_matches_reference(
+        len in 0usize..70_000,
+        max_step in 1usize..5000,
+        split_seed in any::<u64>(),
+        seed in any::<u8>(),
+    ) {
+        let src = bytes(len, seed);
+        let mut stream = Xxh3Stream::new();
+        for r in pieces(len, max_step, split_seed) {
+            stream.update(&src[r.clone()]);
+            prop_assert_eq!(stream.digest(), xxhash_rust::xxh3::xxh3_64(&src[..r.end]));
+        }
+        prop_assert_eq!(stream.digest(), xxhash_rust::xxh3::xxh3_64(&src));
     }
 
     /// Any length up to 64 KiB and more, at any alignment of source and destination.
