@@ -10,7 +10,8 @@ use sideway::ibverbs::AccessFlags;
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid};
 use sideway::ibverbs::device_context::Mtu as VerbsMtu;
 use sideway::ibverbs::queue_pair::{
-    ModifyQueuePairError, QueuePair, QueuePairAttribute, QueuePairState, QueuePairType,
+    ModifyQueuePairError, QueuePair, QueuePairAttribute, QueuePairAttributeMask, QueuePairState,
+    QueuePairType,
 };
 
 use crate::core::{Connection, QpCore};
@@ -148,6 +149,17 @@ impl RcQueuePair {
     /// True once an operation failed, timed out or was aborted: the pair takes no more work.
     pub fn is_broken(&self) -> bool {
         self.core.is_broken()
+    }
+
+    /// Whether the device reports the pair in the error state (`ibv_query_qp`). A server's
+    /// pairs never post work, so this is how it learns that a client's pair failed (a remote
+    /// access error, for one, moves the responder's pair to the error state too).
+    pub fn in_error_state(&self) -> bool {
+        let qp = self.core.lock_qp();
+        matches!(
+            qp.query(QueuePairAttributeMask::State),
+            Ok((attr, _)) if attr.state() == QueuePairState::Error
+        )
     }
 
     /// How many chains of work requests were posted (one doorbell each).

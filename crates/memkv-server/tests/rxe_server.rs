@@ -201,3 +201,57 @@ async fn an_mtu_above_the_active_mtu_keeps_the_server_on_tcp() {
     // The VM's veth MTU 1500 gives an active MTU of 1024.
     assert_tcp_only("  mtu: 4096\n", &["4096", "1024"]).await;
 }
+
+#[tokio::test]
+async fn failed_queue_pairs_do_not_use_up_a_connections_limit() {
+    let Some(devices) =
+        support::rxe_devices_or_skip("failed_queue_pairs_do_not_use_up_a_connections_limit")
+    else {
+        return;
+    };
+    let (server_dev, client_dev) = (devices[0].clone(), devices.last().unwrap().clone());
+    let server = Server::start(config(&server_dev, ""))
+        .await
+        .expect("server starts");
+    let mut tcp = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    // More rebuilds than the per-connection limit (8): each pair is broken on purpose by an
+    // RDMA WRITE with a wrong rkey, which moves the server's (responder's) pair to the error
+    // state, as a client rebuilding failed pairs would leave them.
+    for round in 0..10 {
+        let client = rdma_connect(&mut tcp, &client_dev)
+            .await
+            .unwrap_or_else(|e| panic!("Connect {round} refused: {e:?}"));
+        let buf = RegisteredBuffer::new(&client.device, 4096).unwrap();
+        let (status, body) = tcp
+            .call(
+                Opcode::Allocate,
+                b"victim",
+                &AllocateRequest {
+                    len: 4096,
+                    lease_ms: 0,
+                }
+                .encode(),
+            )
+            .await;
+        assert_eq!(status, Status::Ok);
+        let alloc = AllocateResponse::decode(&body).unwrap();
+        let err = client
+            .qp
+            .write(&buf, 0, 4096, alloc.addr, alloc.rkey ^ 0x5a5a)
+            .await
+            .expect_err("a wrong rkey is refused");
+        assert!(client.qp.is_broken(), "round {round}: {err}");
+        let abort = AbortRequest {
+            reservation: alloc.reservation,
+        };
+        assert_eq!(
+            tcp.call(Opcode::Abort, &[], &abort.encode()).await.0,
+            Status::Ok
+        );
+    }
+    // The connection still serves TCP.
+    assert_eq!(tcp.call(Opcode::TcpPut, b"k", b"v").await.0, Status::Ok);
+    server.shutdown().await.unwrap();
+}

@@ -304,6 +304,17 @@ impl Connection {
                 &format!("RDMA is not active on this server: {reason}"),
             );
         };
+        // A client rebuilds a pair that failed; its old one here is dead weight once the
+        // device has moved it to the error state, so it does not count against the limit.
+        let before = self.queue_pairs.len();
+        self.queue_pairs.retain(|qp| !qp.in_error_state());
+        if self.queue_pairs.len() < before {
+            tracing::debug!(
+                peer = %self.peer,
+                dropped = before - self.queue_pairs.len(),
+                "dropped queue pairs in the error state"
+            );
+        }
         if self.queue_pairs.len() >= MAX_QUEUE_PAIRS {
             return Outgoing::error(
                 h,
