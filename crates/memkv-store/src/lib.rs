@@ -10,6 +10,8 @@
 //!   registers once. Values of at least one granule (`memory.block_size`) take contiguous
 //!   granule runs; smaller ones take size-class slots carved from slabs. `get` returns a
 //!   zero-copy [`ValueRef`]; `lookup` pins a block for a one-sided RDMA READ with a lease.
+//!   [`Store::prefault`] populates the arena's pages up front (MADV_POPULATE_WRITE, split over
+//!   threads, safe while serving) so a fresh server does not zero pages on its first writes.
 //! * **File mode** ([`file`]): values occupy `storage.block_size` extents striped round-robin
 //!   over drive files behind an I/O trait. Each drive has a superblock; drive 0 holds a
 //!   two-half journal of checksummed commit/delete records, replayed at open and compacted when
@@ -60,7 +62,7 @@ mod store;
 mod value;
 
 pub use allocator::AllocStats;
-pub use arena::{ArenaBacking, ArenaInfo};
+pub use arena::{ArenaBacking, ArenaInfo, MAX_PREFAULT_THREADS, PrefaultMethod, PrefaultReport};
 pub use config::{
     DEFAULT_DRIVE_SIZE, DEFAULT_FILE_BLOCK_SIZE, DEFAULT_MAX_VALUE_SIZE, DEFAULT_MEMORY_BLOCK_SIZE,
     DriveConfig, EvictionPolicy, MAX_KEY_LEN, StoreConfig, StoreMode,

@@ -3,7 +3,7 @@
 //!
 //! This is the only module with `unsafe`: here, in [`checksum`] (whose fused copy-and-hash
 //! writes arena blocks and dispatches to an AVX2 build at run time), in [`drive_map`] (file-mode
-//! drives mapped for one-pass reads). Soundness rests on one invariant kept
+//! drives mapped for one-pass reads) and in [`prefault`]. Soundness rests on one invariant kept
 //! here: an [`ArenaBlock`] is the sole owner of its range (the [`Allocator`] never hands out
 //! overlapping live ranges, and a block frees its range only when dropped), so `&mut` access
 //! through a block never aliases another block's bytes. Remote writers (RDMA) act outside Rust's model; the
@@ -11,6 +11,7 @@
 
 mod checksum;
 mod drive_map;
+mod prefault;
 
 use std::io;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use crate::allocator::{AllocStats, Allocation, Allocator};
 pub use checksum::Xxh3Stream;
 pub(crate) use checksum::{IncrementalXxh3, copy_and_xxh3, xxh3};
 pub(crate) use drive_map::DriveMap;
+pub use prefault::{MAX_PREFAULT_THREADS, PrefaultMethod, PrefaultReport};
 
 /// What memory backs the arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
