@@ -1,6 +1,8 @@
 //! Put/get throughput of both modes next to the plain operation they are built on, measured in
 //! the same run: memory mode against `memcpy` into a preallocated buffer, file mode against
-//! `pwrite` + `fdatasync` / `pread` on a plain file in the same directory.
+//! `pwrite` + `fdatasync` / `pread` on a plain file in the same directory. File-mode reads copy
+//! and hash out of the mapped drive in one pass, so after the first read of a value (which
+//! populates its pages) they can beat `pread`, which copies through a system call.
 //!
 //! Run: `cargo bench -p memkv-store -- --warm-up-time 1 --measurement-time 3`
 //! (`MEMKV_BENCH_DIR` picks the directory for file mode; default: the system temp dir).

@@ -21,7 +21,7 @@
 //!   writer that disappears leaks nothing. **Eviction** ([`eviction`]): CLOCK over committed,
 //!   unpinned blocks, or `Full` errors when eviction is off.
 //!
-//! * **Checksums** ([`checksum`], public): xxh3-64 everywhere; the arena layer has an AVX2
+//! * **Checksums** ([`mod@checksum`], public): xxh3-64 everywhere; the arena layer has an AVX2
 //!   build (picked at run time) that also copies while hashing, so a memory-mode put reads its
 //!   source once, and so does a file-mode read: drive files are mapped and a read copies the
 //!   value out of the page cache while hashing it (after MADV_POPULATE_READ, which turns a

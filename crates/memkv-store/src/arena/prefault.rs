@@ -15,7 +15,7 @@ use memmap2::Advice;
 
 use super::{ArenaBacking, HUGE_2M, MemoryArena};
 
-/// Most threads [`MemoryArena::prefault`] accepts.
+/// Most threads [`crate::Store::prefault`] accepts.
 pub const MAX_PREFAULT_THREADS: usize = 256;
 
 /// How the pages were populated.
