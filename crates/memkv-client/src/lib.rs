@@ -19,6 +19,8 @@
 //! Configuration: [`ClientConfig::from_env`]. Blocking callers: [`BlockingClient`]. Metrics:
 //! [`metrics`] (feature `prometheus` serves them on `MEMKV_PROMETHEUS_BIND`).
 
+#![forbid(unsafe_code)]
+
 mod batch;
 mod blocking;
 mod client;

@@ -11,6 +11,8 @@
 //! This crate does no I/O: runtimes read bytes, hand them in, and write what comes out, in the
 //! manner of `quinn-proto`. The byte-level specification is `docs/protocol.md`.
 
+#![forbid(unsafe_code)]
+
 mod auth;
 pub mod batch;
 pub mod checksum;

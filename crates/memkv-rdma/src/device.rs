@@ -157,6 +157,19 @@ impl RdmaDevice {
         unsafe { MemoryRegion::register(self, ptr, len, Access::Remote) }
     }
 
+    /// Registers the store's memory arena for remote READ and WRITE. The region holds the
+    /// handle, so the arena stays mapped for as long as the region is registered, whatever
+    /// order the store and the region are dropped in.
+    pub fn register_store_arena(
+        &self,
+        arena: memkv_store::ArenaHandle,
+    ) -> Result<MemoryRegion, RdmaError> {
+        // SAFETY: `arena` maps `len` bytes at `as_ptr` for as long as the handle lives, and
+        // the returned region owns the handle.
+        let region = unsafe { self.register_arena(arena.as_ptr(), arena.len()) }?;
+        Ok(region.owning(arena))
+    }
+
     /// Registers a caller's buffer for local use (source of WRITEs, target of READs).
     ///
     /// # Safety

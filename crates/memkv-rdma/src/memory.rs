@@ -35,6 +35,9 @@ pub struct MemoryRegion {
     addr: u64,
     len: usize,
     registration_time: Duration,
+    /// What keeps the registered memory mapped, when the region owns a share in it (the
+    /// store's arena). Declared after `mr`: the memory is released after deregistration.
+    _owner: Option<memkv_store::ArenaHandle>,
 }
 
 impl std::fmt::Debug for MemoryRegion {
@@ -95,7 +98,14 @@ impl MemoryRegion {
             addr: ptr as u64,
             len,
             registration_time: started.elapsed(),
+            _owner: None,
         })
+    }
+
+    /// This region, keeping `owner` (the memory it registers) alive until it is dropped.
+    pub(crate) fn owning(mut self, owner: memkv_store::ArenaHandle) -> Self {
+        self._owner = Some(owner);
+        self
     }
 
     pub fn addr(&self) -> u64 {

@@ -4,6 +4,8 @@
 //! serves the wire protocol ([`memkv_proto`]) to authenticated clients; the admin API listens
 //! on port + 1. [`run_until_signal`] is what `memkv start` runs.
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod config;
 mod data;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use memkv_fabric::{Fabric, FabricConfig, PortPlan, config::parse_mtu};
 use memkv_rdma::{DcSupport, DcTarget, MemoryRegion, RdmaDevice};
-use memkv_store::ArenaInfo;
+use memkv_store::ArenaHandle;
 
 use crate::admin::RdmaDeviceStatus;
 use crate::config::RdmaConfig;
@@ -20,8 +20,8 @@ pub struct RdmaServing {
     pub device: Arc<RdmaDevice>,
 }
 
-/// What `/v1/status`, `/v1/health` and Connect report about RDMA. Must be dropped before the
-/// store whose arena it registered (see [`crate::state::Shared`]).
+/// What `/v1/status`, `/v1/health` and Connect report about RDMA. Its registration holds a
+/// handle on the store's arena, so the arena stays mapped while it is registered.
 pub struct RdmaState {
     pub serving: Option<RdmaServing>,
     pub active: bool,
@@ -80,11 +80,8 @@ fn device_status(plan: &PortPlan) -> RdmaDeviceStatus {
 /// passes, registers the memory arena on it. Blocking (sysfs, netlink, verbs, memory
 /// registration): call it off the async runtime.
 ///
-/// # Safety
-///
-/// `arena` must describe memory that stays mapped until the returned state is dropped.
 /// `dc_key` is the DC access key derived from the auth key (used when the device has DC).
-pub unsafe fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaInfo>, dc_key: u64) -> RdmaState {
+pub fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaHandle>, dc_key: u64) -> RdmaState {
     if !rdma.enabled {
         return RdmaState::inactive("disabled by rdma.enabled: false".into(), None, Vec::new());
     }
@@ -129,13 +126,12 @@ pub unsafe fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaInfo>, dc_key: u64)
             return RdmaState::inactive(reason, Some(fabric), devices);
         }
     };
-    // SAFETY: forwarded from this function's contract: the arena outlives the state.
-    let region = match unsafe { device.register_arena(arena.ptr, arena.len) } {
+    let arena_bytes = arena.len();
+    let region = match device.register_store_arena(arena) {
         Ok(r) => r,
         Err(e) => {
             let reason = format!(
-                "cannot register the {} byte arena on {}: {e}",
-                arena.len,
+                "cannot register the {arena_bytes} byte arena on {}: {e}",
                 device.name()
             );
             tracing::warn!("{reason}; serving TCP only");
@@ -154,7 +150,7 @@ pub unsafe fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaInfo>, dc_key: u64)
     tracing::info!(
         device = device.name(),
         port = device.port(),
-        arena_bytes = arena.len,
+        arena_bytes,
         registration_ms = region.registration_time().as_millis() as u64,
         transport,
         "RDMA serving: arena registered"
@@ -200,8 +196,7 @@ mod tests {
 
     #[test]
     fn this_host_has_no_rdma_and_says_so() {
-        // SAFETY: no arena is given.
-        let state = unsafe { bring_up(&RdmaConfig::default(), None, 0) };
+        let state = bring_up(&RdmaConfig::default(), None, 0);
         assert!(!state.active);
         let reason = state.reason.unwrap();
         // The build machines have no RDMA; inside the Soft-RoCE VM mlx5_0 does not exist.
@@ -217,8 +212,7 @@ mod tests {
             enabled: false,
             ..RdmaConfig::default()
         };
-        // SAFETY: no arena is given.
-        let state = unsafe { bring_up(&cfg, None, 0) };
+        let state = bring_up(&cfg, None, 0);
         assert_eq!(
             state.reason.as_deref(),
             Some("disabled by rdma.enabled: false")

@@ -84,11 +84,12 @@ impl Server {
         }
         let rdma_config = config.rdma.clone();
         let dc_key = key.dc_access_key();
+        let prefault = config.memory.prefault;
         let (store, rdma) = tokio::task::spawn_blocking(move || {
-            let arena = store.arena();
-            // SAFETY: the arena belongs to `store`, which `Shared` keeps, and `Shared` drops
-            // its RDMA state (and so the registration) before the store.
-            let rdma = unsafe { crate::rdma::bring_up(&rdma_config, arena, dc_key) };
+            if prefault {
+                prefault_arena(&store);
+            }
+            let rdma = crate::rdma::bring_up(&rdma_config, store.arena_handle(), dc_key);
             (store, rdma)
         })
         .await
@@ -206,4 +207,28 @@ async fn wait_for_signal() {
 /// Resolves once the stop flag is set (or its sender is gone).
 pub(crate) async fn stopped(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|stop| *stop).await;
+}
+
+/// Populates the memory arena with one thread per CPU before RDMA registers it (registration
+/// would fault every page in on one thread) and before clients write into it.
+fn prefault_arena(store: &memkv_store::Store) {
+    if store.arena().is_none() {
+        return;
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(memkv_store::MAX_PREFAULT_THREADS);
+    match store.prefault(threads) {
+        Ok(report) => tracing::info!(
+            bytes = report.bytes,
+            threads = report.threads,
+            method = ?report.method,
+            elapsed_ms = report.elapsed.as_millis() as u64,
+            "memory arena prefaulted"
+        ),
+        // Not fatal: pages are then populated on first use, as without prefault.
+        Err(e) => {
+            tracing::warn!(error = %e, "memory arena not prefaulted; pages fill on first use")
+        }
+    }
 }

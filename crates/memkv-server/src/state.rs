@@ -20,7 +20,7 @@ const DRAINING: u8 = 2;
 
 /// Everything a connection needs.
 pub struct Shared {
-    /// Declared before `store`: its memory registration must go before the arena does.
+    /// Its arena registration holds a handle on the store's arena, so drop order is free.
     pub rdma: crate::rdma::RdmaState,
     pub config: ServerConfig,
     pub store: Store,

@@ -62,7 +62,9 @@ mod store;
 mod value;
 
 pub use allocator::AllocStats;
-pub use arena::{ArenaBacking, ArenaInfo, MAX_PREFAULT_THREADS, PrefaultMethod, PrefaultReport};
+pub use arena::{
+    ArenaBacking, ArenaHandle, ArenaInfo, MAX_PREFAULT_THREADS, PrefaultMethod, PrefaultReport,
+};
 pub use config::{
     DEFAULT_DRIVE_SIZE, DEFAULT_FILE_BLOCK_SIZE, DEFAULT_MAX_VALUE_SIZE, DEFAULT_MEMORY_BLOCK_SIZE,
     DriveConfig, EvictionPolicy, MAX_KEY_LEN, StoreConfig, StoreMode,

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::arena::{ArenaInfo, MAX_PREFAULT_THREADS, PrefaultMethod, PrefaultReport};
+use crate::arena::{ArenaHandle, ArenaInfo, MAX_PREFAULT_THREADS, PrefaultMethod, PrefaultReport};
 use crate::config::{EvictionPolicy, StoreConfig, StoreMode, check_key};
 use crate::error::{Result, StoreError};
 use crate::file::{FileBackend, MAX_EXTENTS_PER_VALUE};
@@ -382,6 +382,15 @@ impl Store {
     pub fn arena(&self) -> Option<ArenaInfo> {
         match &self.inner.backend {
             Backend::Memory(m) => Some(m.info()),
+            Backend::File(_) => None,
+        }
+    }
+
+    /// A handle that keeps the memory arena mapped (memory mode), for registering it with the
+    /// RDMA layer; `None` in file mode.
+    pub fn arena_handle(&self) -> Option<ArenaHandle> {
+        match &self.inner.backend {
+            Backend::Memory(m) => Some(m.arena.handle()),
             Backend::File(_) => None,
         }
     }

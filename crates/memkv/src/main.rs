@@ -1,6 +1,8 @@
 //! `memkv`: run a server, use one as a client, query admin APIs, inspect the RDMA fabric.
 //! Exit codes: see [`exit`] and `memkv --help`.
 
+#![forbid(unsafe_code)]
+
 mod admin;
 mod bench;
 mod cli;

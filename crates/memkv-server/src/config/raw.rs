@@ -31,6 +31,7 @@ pub struct RawNetwork {
 pub struct RawMemory {
     pub block_size: Option<SizeText>,
     pub max_size: Option<SizeText>,
+    pub prefault: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -61,6 +61,9 @@ impl NetworkConfig {
 pub struct MemoryConfig {
     pub block_size: ByteSize,
     pub max_size: ByteSize,
+    /// Populate every arena page at start (in parallel), so first writes do not fault and
+    /// zero pages on the data path, and RDMA registration does not fault them one by one.
+    pub prefault: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -48,6 +48,7 @@ fn defaults_are_documented_values() {
     );
     assert_eq!(config.rdma.num_dcis, 16);
     assert!(config.rdma.enabled);
+    assert!(config.memory.prefault, "the arena is populated at start by default");
     assert_eq!(config.limits.max_value_size, ByteSize::mib(64));
     assert_eq!(config.limits.max_connections, 10_000);
     assert_eq!(
@@ -529,4 +530,14 @@ proptest::proptest! {
     ) {
         let _ = parse(&format!("{section}:\n  {key}: {value}\n"));
     }
+}
+
+#[test]
+fn prefault_can_be_turned_off_and_must_be_a_bool() {
+    let off = ServerConfig::from_yaml_str("memory:\n  prefault: false\n", "t.yaml").unwrap();
+    assert!(!off.memory.prefault);
+    let bad = ServerConfig::from_yaml_str("memory:\n  prefault: sometimes\n", "t.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(bad.contains("prefault"), "{bad}");
 }

@@ -124,6 +124,7 @@ impl Checker<'_> {
                 memory.max_size.as_ref(),
                 DEFAULT_MEMORY_MAX_SIZE,
             )?,
+            prefault: memory.prefault.unwrap_or(true),
         };
         if memory.max_size < memory.block_size {
             return Err(self.invalid(

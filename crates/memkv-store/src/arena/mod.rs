@@ -43,6 +43,42 @@ pub struct ArenaInfo {
     pub backing: ArenaBacking,
 }
 
+/// A share in the memory arena's mapping: the mapping stays in place, at the same address,
+/// for as long as any handle lives (even after the store itself is dropped). This is what lets
+/// the RDMA layer register the arena without trusting its caller about lifetimes.
+#[derive(Clone)]
+pub struct ArenaHandle(Arc<MemoryArena>);
+
+impl ArenaHandle {
+    /// The first byte of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.0.map.as_mut_ptr()
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+
+    /// Never true: an arena maps at least one granule.
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+
+    pub fn backing(&self) -> ArenaBacking {
+        self.0.backing
+    }
+}
+
+impl std::fmt::Debug for ArenaHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArenaHandle")
+            .field("ptr", &self.as_ptr())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
 pub(crate) struct MemoryArena {
     map: MmapRaw,
     len: usize,
@@ -64,6 +100,10 @@ impl MemoryArena {
             backing,
             allocator: Allocator::new(granule, granules),
         }))
+    }
+
+    pub fn handle(self: &Arc<Self>) -> ArenaHandle {
+        ArenaHandle(Arc::clone(self))
     }
 
     pub fn info(&self) -> ArenaInfo {
