@@ -165,6 +165,8 @@ pub struct Reservation {
     pub(crate) id: u64,
     pub(crate) space: Option<Space>,
     pub(crate) store: Arc<Inner>,
+    /// Memory mode: the checksum of the prefix the caller reported filled, so far.
+    pub(crate) hashed: Option<Box<(crate::arena::Xxh3Stream, usize)>>,
 }
 
 impl Reservation {
@@ -194,6 +196,32 @@ impl Reservation {
             Some(Space::Memory(b)) => Some(b.as_mut_slice()),
             _ => None,
         }
+    }
+
+    /// Memory mode: the first `filled` bytes are final; hash them now, while they are still in
+    /// cache, so that [`crate::Store::commit`] only hashes what follows. Call it as a value
+    /// arrives, with growing `filled`; bytes must not change after they are reported.
+    pub fn hash_filled(&mut self, filled: usize) {
+        let Some(Space::Memory(b)) = &self.space else {
+            return;
+        };
+        let bytes = b.as_slice();
+        let filled = filled.min(bytes.len());
+        let state = self.hashed.get_or_insert_with(Default::default);
+        if filled > state.1 {
+            state.0.update(&bytes[state.1..filled]);
+            state.1 = filled;
+        }
+    }
+
+    /// The value's checksum, hashing only what [`Self::hash_filled`] did not (memory mode).
+    pub(crate) fn finish_hash(&mut self) -> Option<u64> {
+        let (Some(Space::Memory(b)), Some(state)) = (&self.space, self.hashed.take()) else {
+            return None;
+        };
+        let (mut stream, done) = *state;
+        stream.update(&b.as_slice()[done..]);
+        Some(stream.digest())
     }
 
     /// Writes `data` at `offset` within the reservation (both modes).

@@ -171,6 +171,7 @@ impl Store {
         let deadline = Instant::now() + self.inner.config.reservation_lease;
         let id = self.inner.reservations.open(key, deadline);
         Ok(Reservation {
+            hashed: None,
             id,
             space: Some(space),
             store: Arc::clone(&self.inner),
@@ -180,6 +181,7 @@ impl Store {
     /// Commits a reservation through its handle once its bytes hash (xxh3-64) to `checksum`,
     /// atomically replacing any previous value. On mismatch the reservation is freed.
     pub fn commit(&self, mut reservation: Reservation, checksum: u64) -> Result<()> {
+        let hashed = reservation.finish_hash();
         let space = reservation
             .space
             .take()
@@ -188,7 +190,14 @@ impl Store {
             .inner
             .reservations
             .finish_held(reservation.id, Instant::now())?;
-        self.commit_space(&key, space, checksum, true)
+        if let Some(actual) = hashed.filter(|&a| a != checksum) {
+            // As a failed verification in `commit_space`: the space is freed with `space`.
+            return Err(StoreError::ChecksumMismatch {
+                expected: checksum,
+                actual,
+            });
+        }
+        self.commit_space(&key, space, checksum, hashed.is_none())
     }
 
     /// Commits a reservation whose handle was dropped (e.g. filled by a remote RDMA WRITE).

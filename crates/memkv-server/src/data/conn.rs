@@ -32,6 +32,8 @@ const ANSWERABLE: memkv_proto::Limits = memkv_proto::Limits {
 };
 /// The in-flight byte budget is counted in units of this many bytes.
 const BUDGET_UNIT: u64 = 1024;
+/// A put's value is read into the arena and hashed in pieces of this size (fits in L2).
+const HASH_PIECE: usize = 256 << 10;
 
 /// Serves one connection until the peer leaves, it misbehaves, or the server drains.
 pub async fn serve(
@@ -227,20 +229,31 @@ impl Connection {
             return Ok(None);
         };
         let id = reservation.id();
-        let Some(slice) = reservation.as_mut_slice() else {
+        if reservation.as_mut_slice().is_none() {
             drop(reservation);
             let _ = self.shared.store.abort(id);
             return Ok(None);
-        };
+        }
         let abort = |shared: &Shared| {
             let _ = shared.store.abort(id);
         };
         let idle = self.idle();
-        if let Err(e) = read_exact_within(&mut self.read, slice, idle).await {
-            drop(reservation);
-            abort(&self.shared);
-            return Err(e);
+        // In pieces, each hashed as soon as it lands, while it is still in cache: the commit
+        // then does not read the whole value a second time.
+        let len = header.payload_len as usize;
+        let mut filled = 0;
+        while filled < len {
+            let end = (filled + HASH_PIECE).min(len);
+            let slice = reservation.as_mut_slice().expect("memory mode");
+            if let Err(e) = read_exact_within(&mut self.read, &mut slice[filled..end], idle).await {
+                drop(reservation);
+                abort(&self.shared);
+                return Err(e);
+            }
+            filled = end;
+            reservation.hash_filled(filled);
         }
+        let slice = reservation.as_mut_slice().expect("memory mode");
         if let Err(e) = self.opener.verify(raw, key, slice, false) {
             drop(reservation);
             abort(&self.shared);
