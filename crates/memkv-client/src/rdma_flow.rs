@@ -141,7 +141,7 @@ impl Client {
                     let moved = rdma
                         .read_values(index, &server, &sessions, &remotes, dests)
                         .await;
-                    self.release_pins(index, &pins).await;
+                    self.release_pins(index, &pins);
                     let checked = check_all(&server, &pins, &found, &moved, |i| vecs[i].as_slice());
                     let out = merge(moved, merge(checked, found));
                     for (v, r) in vecs.iter_mut().zip(&out) {
@@ -155,7 +155,7 @@ impl Client {
                     let moved = rdma
                         .read_registered(index, &server, &sessions, &remotes, buf, bases)
                         .await;
-                    self.release_pins(index, &pins).await;
+                    self.release_pins(index, &pins);
                     let checked = check_all(&server, &pins, &found, &moved, |i| {
                         &buf.as_slice()[bases[i]..bases[i] + remotes[i].len]
                     });
@@ -243,13 +243,22 @@ impl Client {
             .await;
     }
 
-    async fn release_pins(&self, index: usize, pins: &[Result<Option<LookupResponse>>]) {
-        join_all(
-            pins.iter()
-                .filter_map(|p| p.as_ref().ok().and_then(Option::as_ref))
-                .map(|p| self.release_pin(index, p.pin)),
-        )
-        .await;
+    /// Sends the Releases without waiting for them: the values are read by now, and waiting
+    /// would add a round trip to every get. A Release that never arrives (the process exits)
+    /// only leaves the pin to its lease.
+    fn release_pins(&self, index: usize, pins: &[Result<Option<LookupResponse>>]) {
+        let pins: Vec<u64> = pins
+            .iter()
+            .filter_map(|p| p.as_ref().ok().and_then(Option::as_ref))
+            .map(|p| p.pin)
+            .collect();
+        if pins.is_empty() {
+            return;
+        }
+        let client = self.clone();
+        tokio::spawn(async move {
+            join_all(pins.iter().map(|&pin| client.release_pin(index, pin))).await;
+        });
     }
 }
 
