@@ -3,7 +3,7 @@
 //! caller's order, one per item.
 
 use memkv_proto::batch;
-use memkv_proto::{Opcode, ProtoError, Status, checksum};
+use memkv_proto::{Opcode, ProtoError, Status};
 
 use crate::join::join_all;
 use crate::{Client, Error, Result};
@@ -190,7 +190,7 @@ impl Client {
             let (key, value) = (items[i].0.as_ref(), items[i].1.as_ref());
             meta.extend_from_slice(&(key.len() as u16).to_le_bytes());
             meta.extend_from_slice(&(value.len() as u32).to_le_bytes());
-            meta.extend_from_slice(&checksum::of(value).to_le_bytes());
+            meta.extend_from_slice(&memkv_store::checksum(value).to_le_bytes());
             meta.extend_from_slice(key);
             ends.push(meta.len());
         }
@@ -362,7 +362,7 @@ impl Client {
         Ok(items
             .into_iter()
             .map(|item| match item.status {
-                Status::Ok => checksum::verify(item.value, item.checksum)
+                Status::Ok => crate::conn::checksum::verify(item.value, item.checksum)
                     .map(|()| Some(item.value.to_vec()))
                     .map_err(protocol),
                 Status::NotFound => Ok(None),

@@ -6,7 +6,7 @@
 use memkv_proto::messages::{
     AbortRequest, AllocateRequest, AllocateResponse, CommitRequest, LookupResponse,
 };
-use memkv_proto::{Opcode, Status, checksum};
+use memkv_proto::{Opcode, Status};
 
 use crate::client::Client;
 use crate::join::join_all;
@@ -71,7 +71,7 @@ impl Client {
                         self.abort(index, alloc.reservation).await;
                         return Ok(());
                     }
-                    self.commit(index, alloc.reservation, checksum::of(value))
+                    self.commit(index, alloc.reservation, memkv_store::checksum(value))
                         .await
                 },
             ))

@@ -121,6 +121,32 @@ async fn registered_buffers_move_without_copies() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_registered_buffer_is_populated_in_parallel_and_used_at_any_offset() {
+    let Some((server_dev, rail)) =
+        rxe_or_skip("a_large_registered_buffer_is_populated_in_parallel_and_used_at_any_offset")
+    else {
+        return;
+    };
+    let server = common::start(&format!("rdma:\n  device: {server_dev}\n")).await;
+    let client = rdma_client(&server, &rail, Transport::Rdma).await.unwrap();
+    // Above the size from which pages are populated on several threads before ibv_reg_mr.
+    let len = 96 << 20;
+    let mut buf = client.register_buffer(len).unwrap();
+    eprintln!(
+        "registered {} MiB in {:?}",
+        len >> 20,
+        buf.registration_time()
+    );
+    assert!(buf.registration_time() > std::time::Duration::ZERO);
+    assert!(buf.as_slice().iter().step_by(4096).all(|&b| b == 0));
+    let value = pattern(1 << 20, 77);
+    buf.as_mut_slice()[..1 << 20].copy_from_slice(&value);
+    client.put_from(b"large/1", &buf, 1 << 20).await.unwrap();
+    assert!(client.get(b"large/1").await.unwrap().unwrap() == value);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_refusing_rdma_sends_auto_to_tcp_and_strict_to_an_error() {
     let Some((server_dev, rail)) =
         rxe_or_skip("a_server_refusing_rdma_sends_auto_to_tcp_and_strict_to_an_error")

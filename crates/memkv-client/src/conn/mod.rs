@@ -7,7 +7,7 @@
 //! answers. A frame that fails verification, or a request abandoned half-written, closes the
 //! connection and fails everything outstanding on it.
 
-mod checksum;
+pub(crate) mod checksum;
 mod handshake;
 mod io;
 mod pending;
