@@ -48,7 +48,10 @@ fn defaults_are_documented_values() {
     );
     assert_eq!(config.rdma.num_dcis, 16);
     assert!(config.rdma.enabled);
-    assert!(config.memory.prefault, "the arena is populated at start by default");
+    assert!(
+        config.memory.prefault,
+        "the arena is populated at start by default"
+    );
     assert_eq!(config.limits.max_value_size, ByteSize::mib(64));
     assert_eq!(config.limits.max_connections, 10_000);
     assert_eq!(
