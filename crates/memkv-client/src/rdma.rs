@@ -15,7 +15,7 @@ use std::time::Instant;
 use memkv_fabric::{Fabric, FabricConfig};
 use memkv_proto::connect::RdmaEndpoint;
 use memkv_proto::{Opcode, Status};
-use memkv_rdma::{QpOptions, RdmaDevice, StagingPool};
+use memkv_rdma::{RdmaDevice, StagingPool};
 use tokio::sync::Mutex;
 
 use crate::config::{ClientConfig, Transport};
@@ -120,7 +120,7 @@ impl RdmaPath {
         for name in &names {
             let opened = RdmaDevice::open(&fabric, Some(name), None).and_then(|device| {
                 let staging = StagingPool::new(&device, STAGING_SIZE, STAGING_BUFFERS)?;
-                let dci = dci_pool(&device, config.num_dcis);
+                let dci = crate::rdma_channel::dci_pool(&device, config.num_dcis);
                 Ok(Rail::new(device, staging, dci))
             });
             match opened {
@@ -386,26 +386,4 @@ impl RdmaPath {
         *slot = Some(Arc::clone(&session));
         Ok(session)
     }
-}
-
-/// The rail's DC initiators when its device can do DC (mlx5); otherwise why not, and every
-/// server gets an RC queue pair on this rail.
-fn dci_pool(
-    device: &Arc<RdmaDevice>,
-    num_dcis: u32,
-) -> std::result::Result<Arc<memkv_rdma::DciPool>, String> {
-    if let memkv_rdma::DcSupport::Unsupported(why) = device.dc_support() {
-        tracing::debug!(rail = device.name(), "DC not used ({why}); RC");
-        return Err(why.to_string());
-    }
-    device
-        .create_dci_pool(num_dcis, QpOptions::default())
-        .map(Arc::new)
-        .map_err(|e| {
-            tracing::warn!(
-                rail = device.name(),
-                "DC initiators not created ({e}); using RC"
-            );
-            format!("DC initiators not created: {e}")
-        })
 }

@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use memkv_rdma::{DcPeer, DciPool, LocalMemory, RcQueuePair, RdmaError, Transfer};
+use memkv_rdma::{
+    DcPeer, DcSupport, DciPool, LocalMemory, QpOptions, RcQueuePair, RdmaDevice, RdmaError,
+    Transfer,
+};
 
 pub(crate) enum Channel {
     Rc(Arc<RcQueuePair>),
@@ -58,4 +61,26 @@ impl Channel {
             Channel::Dc { .. } => "DC",
         }
     }
+}
+
+/// The rail's DC initiators when its device can do DC (mlx5); otherwise why not, and every
+/// server gets an RC queue pair on this rail.
+pub(crate) fn dci_pool(
+    device: &Arc<RdmaDevice>,
+    num_dcis: u32,
+) -> std::result::Result<Arc<DciPool>, String> {
+    if let DcSupport::Unsupported(why) = device.dc_support() {
+        tracing::debug!(rail = device.name(), "DC not used ({why}); RC");
+        return Err(why.to_string());
+    }
+    device
+        .create_dci_pool(num_dcis, QpOptions::default())
+        .map(Arc::new)
+        .map_err(|e| {
+            tracing::warn!(
+                rail = device.name(),
+                "DC initiators not created ({e}); using RC"
+            );
+            format!("DC initiators not created: {e}")
+        })
 }

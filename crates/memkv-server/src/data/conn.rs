@@ -106,9 +106,6 @@ struct Connection {
     queue_pairs: Vec<Arc<memkv_rdma::RcQueuePair>>,
 }
 
-/// Queue pairs one connection may hold (a client uses one per rail).
-const MAX_QUEUE_PAIRS: usize = 8;
-
 /// Why the read loop ended.
 #[derive(Debug, thiserror::Error)]
 enum Closed {
@@ -202,7 +199,14 @@ impl Connection {
                 return self.reject(&header, e).await;
             }
             if header.opcode == Opcode::Connect {
-                let out = self.connect_rdma(&header, &payload).await;
+                let out = super::connect::connect_rdma(
+                    &self.shared,
+                    &mut self.queue_pairs,
+                    self.peer,
+                    &header,
+                    &payload,
+                )
+                .await;
                 record(&out, &header, started);
                 self.send(out).await?;
                 continue;
@@ -298,83 +302,6 @@ impl Connection {
             }
         });
         Ok(())
-    }
-
-    /// RDMA bootstrap: builds a queue pair towards the client's, moves it to ready-to-send
-    /// and answers with this side's endpoint and the arena's address and rkey. A DC-capable
-    /// client of a server with a DC target gets the target's number instead (flag `dc_target`).
-    async fn connect_rdma(&mut self, h: &Header, payload: &[u8]) -> Outgoing {
-        let Some(serving) = &self.shared.rdma.serving else {
-            let reason = self
-                .shared
-                .rdma
-                .reason
-                .as_deref()
-                .unwrap_or("RDMA is not active");
-            return Outgoing::error(
-                h,
-                Status::Unsupported,
-                &format!("RDMA is not active on this server: {reason}"),
-            );
-        };
-        // A client rebuilds a pair that failed; its old one here is dead weight once the
-        // device has moved it to the error state, so it does not count against the limit.
-        let before = self.queue_pairs.len();
-        self.queue_pairs.retain(|qp| !qp.in_error_state());
-        if self.queue_pairs.len() < before {
-            tracing::debug!(
-                peer = %self.peer,
-                dropped = before - self.queue_pairs.len(),
-                "dropped queue pairs in the error state"
-            );
-        }
-        if self.queue_pairs.len() >= MAX_QUEUE_PAIRS {
-            return Outgoing::error(
-                h,
-                Status::Busy,
-                &format!("a connection holds at most {MAX_QUEUE_PAIRS} queue pairs"),
-            );
-        }
-        let peer = match memkv_proto::connect::RdmaEndpoint::decode(payload) {
-            Ok(p) => p,
-            Err(e) => return Outgoing::error(h, e.status(), &e.to_string()),
-        };
-        let arena = (serving.arena.addr(), serving.arena.rkey());
-        if let Some(target) = serving.dc.as_ref().filter(|_| peer.dc_capable) {
-            // DC: the client's initiators reach the arena through the device's one target, so
-            // this connection gets no queue pair of its own.
-            return match target.local_endpoint(Some(arena)) {
-                Ok(local) => {
-                    let local = memkv_proto::connect::RdmaEndpoint {
-                        dc_target: true,
-                        ..local
-                    };
-                    tracing::debug!(peer = %self.peer, dct = target.dct_num(), "RDMA connect: DC");
-                    Outgoing::new(h, Status::Ok, Body::Owned(local.encode()))
-                }
-                Err(e) => Outgoing::error(h, Status::Unsupported, &e.to_string()),
-            };
-        }
-        let qp = match serving.device.create_rc() {
-            Ok(qp) => Arc::new(qp),
-            Err(e) => {
-                return Outgoing::error(
-                    h,
-                    Status::Internal,
-                    &format!("cannot create a queue pair: {e}"),
-                );
-            }
-        };
-        let local = match qp.local_endpoint(Some(arena)) {
-            Ok(l) => l,
-            Err(e) => return Outgoing::error(h, Status::Unsupported, &e.to_string()),
-        };
-        if let Err(e) = qp.connect_async(&peer).await {
-            tracing::info!(peer = %self.peer, error = %e, "RDMA connect refused");
-            return Outgoing::error(h, Status::BadRequest, &format!("RDMA connect refused: {e}"));
-        }
-        self.queue_pairs.push(qp);
-        Outgoing::new(h, Status::Ok, Body::Owned(local.encode()))
     }
 
     async fn send(&self, out: Outgoing) -> Result<(), Closed> {

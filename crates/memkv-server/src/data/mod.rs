@@ -1,6 +1,7 @@
 //! The TCP data plane: the listener and its connections.
 
 mod conn;
+mod connect;
 mod dispatch;
 mod handshake;
 pub(crate) mod writer;
