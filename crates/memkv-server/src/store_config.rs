@@ -1,8 +1,11 @@
 //! Maps the server's configuration onto the storage engine's.
 
-use memkv_store::{DriveConfig, EvictionPolicy as StoreEviction, StoreConfig, StoreMode};
+use memkv_store::{
+    DriveConfig, EvictionPolicy as StoreEviction, FileReads as StoreFileReads, StoreConfig,
+    StoreMode,
+};
 
-use crate::config::{EvictionPolicy, ServerConfig, StorageMode};
+use crate::config::{EvictionPolicy, FileReads, ServerConfig, StorageMode};
 
 /// The storage-engine configuration for `config`. `direct` is refused earlier by
 /// [`ServerConfig::ensure_supported_by_build`].
@@ -34,6 +37,10 @@ pub fn store_config(config: &ServerConfig) -> StoreConfig {
         reservation_lease: config.storage.reservation_lease,
         pin_lease: config.storage.pin_lease,
         max_value_size: config.limits.max_value_size.0,
+        file_reads: match config.storage.file_reads {
+            FileReads::Mapped => StoreFileReads::Mapped,
+            FileReads::Pread => StoreFileReads::Pread,
+        },
     }
 }
 

@@ -25,7 +25,8 @@
 //!   build (picked at run time) that also copies while hashing, so a memory-mode put reads its
 //!   source once, and so does a file-mode read: drive files are mapped and a read copies the
 //!   value out of the page cache while hashing it (after MADV_POPULATE_READ, which turns a
-//!   would-be SIGBUS into an error; `pread` plus hashing where the kernel lacks it). Clients use
+//!   would-be SIGBUS into an error; `pread` plus hashing where the kernel lacks it, or with
+//!   [`FileReads::Pread`] for operators who want disk errors as errors, never SIGBUS). Clients use
 //!   [`checksum::xxh3_64`] (or [`checksum::Xxh3Stream`] for data that arrives in chunks) to
 //!   compute the value a commit is checked against.
 //!
@@ -67,7 +68,7 @@ pub use arena::{
 };
 pub use config::{
     DEFAULT_DRIVE_SIZE, DEFAULT_FILE_BLOCK_SIZE, DEFAULT_MAX_VALUE_SIZE, DEFAULT_MEMORY_BLOCK_SIZE,
-    DriveConfig, EvictionPolicy, MAX_KEY_LEN, StoreConfig, StoreMode,
+    DriveConfig, EvictionPolicy, FileReads, MAX_KEY_LEN, StoreConfig, StoreMode,
 };
 pub use error::{Result, StoreError};
 pub use reservation::Reservation;

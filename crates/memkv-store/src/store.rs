@@ -74,7 +74,7 @@ impl Store {
                         config.max_value_size
                     )));
                 }
-                let f = FileBackend::open(drives, *block_size)?;
+                let f = FileBackend::open(drives, *block_size, config.file_reads)?;
                 let cap = f.device_stats().iter().map(|d| d.usable).sum();
                 (Backend::File(Box::new(f)), cap)
             }

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{TempDir, file_config};
-use memkv_store::{Store, checksum};
+use memkv_store::{FileReads, Store, checksum};
 
 fn value(len: usize, seed: u32) -> Vec<u8> {
     (0..len as u32)
@@ -51,8 +51,18 @@ fn awkward_lengths_read_back_exactly() {
 
 #[test]
 fn corruption_after_reads_is_still_caught() {
+    corruption_after_reads_is_caught_with(FileReads::Mapped);
+}
+
+#[test]
+fn corruption_is_caught_with_pread_reads_too() {
+    corruption_after_reads_is_caught_with(FileReads::Pread);
+}
+
+fn corruption_after_reads_is_caught_with(reads: FileReads) {
     let dir = TempDir::new("file-reads-corrupt");
-    let cfg = file_config(&dir, 2, 32 << 20, 1 << 20);
+    let mut cfg = file_config(&dir, 2, 32 << 20, 1 << 20);
+    cfg.file_reads = reads;
     let store = Store::open(cfg.clone()).unwrap();
     let mut v = value(2_500_000, 9);
     let marker = b"corrupt-me-here";

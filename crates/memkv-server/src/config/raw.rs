@@ -41,6 +41,7 @@ pub struct RawStorage {
     pub block_size: Option<SizeText>,
     pub drives: Option<Vec<RawDrive>>,
     pub eviction: Option<String>,
+    pub file_reads: Option<String>,
     pub reservation_lease_secs: Option<u64>,
     pub pin_lease_secs: Option<u64>,
 }

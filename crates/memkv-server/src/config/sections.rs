@@ -94,6 +94,15 @@ pub enum EvictionPolicy {
     None,
 }
 
+/// How file mode reads values back (`storage.file_reads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileReads {
+    #[default]
+    Mapped,
+    Pread,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DriveConfig {
     pub media: PathBuf,
@@ -107,6 +116,9 @@ pub struct StorageConfig {
     pub block_size: ByteSize,
     pub drives: Vec<DriveConfig>,
     pub eviction: EvictionPolicy,
+    /// memkv extension: file mode reads through a mapping of each drive (`mapped`, fastest) or
+    /// with `pread` (`pread`: a disk error is always an error, never SIGBUS).
+    pub file_reads: FileReads,
     /// How long an allocated-but-uncommitted block is held for its writer.
     pub reservation_lease: Duration,
     /// How long a looked-up block stays pinned for a one-sided RDMA read.

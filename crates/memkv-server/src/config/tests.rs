@@ -544,3 +544,20 @@ fn prefault_can_be_turned_off_and_must_be_a_bool() {
         .to_string();
     assert!(bad.contains("prefault"), "{bad}");
 }
+
+#[test]
+fn file_reads_is_mapped_or_pread() {
+    let base = "storage:\n  mode: file\n  drives:\n    - media: /tmp/memkv-cfg-test-drive\n";
+    let default = ServerConfig::from_yaml_str(base, "t.yaml").unwrap();
+    assert_eq!(default.storage.file_reads, FileReads::Mapped);
+    let pread =
+        ServerConfig::from_yaml_str(&format!("{base}  file_reads: pread\n"), "t.yaml").unwrap();
+    assert_eq!(pread.storage.file_reads, FileReads::Pread);
+    let bad = ServerConfig::from_yaml_str(&format!("{base}  file_reads: mmap\n"), "t.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        bad.contains("storage.file_reads") && bad.contains("mapped or pread"),
+        "{bad}"
+    );
+}

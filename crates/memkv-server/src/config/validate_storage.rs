@@ -44,6 +44,16 @@ impl Checker<'_> {
                 ));
             }
         };
+        let file_reads = match raw.file_reads.as_deref().map(str::trim) {
+            None | Some("mapped") => FileReads::Mapped,
+            Some("pread") => FileReads::Pread,
+            Some(other) => {
+                return Err(self.invalid(
+                    "storage.file_reads",
+                    format!("unknown read path {other:?}; expected mapped or pread"),
+                ));
+            }
+        };
         let lease = |key, value: Option<u64>, default: Duration| {
             self.ranged(key, value, default.as_secs(), 1, 86_400)
                 .map(Duration::from_secs)
@@ -53,6 +63,7 @@ impl Checker<'_> {
             block_size,
             drives,
             eviction,
+            file_reads,
             reservation_lease: lease(
                 "storage.reservation_lease_secs",
                 raw.reservation_lease_secs,

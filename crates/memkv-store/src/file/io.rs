@@ -46,7 +46,13 @@ pub(crate) struct FileDrive {
 impl FileDrive {
     /// Opens (creating if needed) `path`. `size`: grow the file to this length; `None` keeps
     /// a non-empty file's length or makes an empty one `default_size` bytes (sparse).
-    pub fn open(path: &Path, size: Option<u64>, default_size: u64) -> io::Result<Self> {
+    /// `mapped`: read through a mapping where the kernel allows; else always `pread`.
+    pub fn open(
+        path: &Path,
+        size: Option<u64>,
+        default_size: u64,
+        mapped: bool,
+    ) -> io::Result<Self> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -63,7 +69,11 @@ impl FileDrive {
             file.set_len(len)?;
         }
         Ok(Self {
-            map: DriveMap::new(&file, len),
+            map: if mapped {
+                DriveMap::new(&file, len)
+            } else {
+                None
+            },
             file,
             path: path.to_owned(),
             len,

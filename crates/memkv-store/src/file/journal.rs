@@ -331,7 +331,8 @@ mod tests {
     fn append_replay_compact_and_torn_tail() {
         let path = std::env::temp_dir().join(format!("memkv-journal-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let io: Arc<dyn ExtentIo> = Arc::new(FileDrive::open(&path, Some(1 << 20), 0).unwrap());
+        let io: Arc<dyn ExtentIo> =
+            Arc::new(FileDrive::open(&path, Some(1 << 20), 0, true).unwrap());
         let half = 256 << 10;
         let mut j = Journal::format(io.clone(), 4096, half).unwrap();
         let recs = vec![

@@ -65,8 +65,12 @@ pub(crate) struct FileBackend {
 }
 
 impl FileBackend {
-    pub fn open(drives: &[DriveConfig], block_size: u64) -> Result<Self> {
-        open::open(drives, block_size)
+    pub fn open(
+        drives: &[DriveConfig],
+        block_size: u64,
+        reads: crate::config::FileReads,
+    ) -> Result<Self> {
+        open::open(drives, block_size, reads)
     }
 
     fn extents_for(&self, len: u64) -> usize {

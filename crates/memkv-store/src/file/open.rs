@@ -21,12 +21,17 @@ use crate::index::Index;
 
 const DATA_ALIGN: u64 = 1 << 20;
 
-pub(super) fn open(cfgs: &[DriveConfig], block_size: u64) -> Result<FileBackend> {
+pub(super) fn open(
+    cfgs: &[DriveConfig],
+    block_size: u64,
+    reads: crate::config::FileReads,
+) -> Result<FileBackend> {
+    let mapped = reads == crate::config::FileReads::Mapped;
     let mut drives: Vec<Arc<dyn ExtentIo>> = Vec::new();
     let mut probes = Vec::new();
     for (i, cfg) in cfgs.iter().enumerate() {
         let name = format!("storage.drives[{i}] ({})", cfg.path.display());
-        let drive = FileDrive::open(&cfg.path, cfg.size, DEFAULT_DRIVE_SIZE)
+        let drive = FileDrive::open(&cfg.path, cfg.size, DEFAULT_DRIVE_SIZE, mapped)
             .map_err(|e| StoreError::Io(std::io::Error::new(e.kind(), format!("{name}: {e}"))))?;
         if drive.len() < SUPERBLOCK_LEN as u64 {
             return Err(StoreError::BadRequest(format!(
