@@ -1,5 +1,5 @@
 //! Client metrics through the `metrics` facade: recorded always, exported by whatever
-//! recorder the application installs, or (feature `prometheus`) by [`serve_from_env`] on
+//! recorder the application installs, or (feature `prometheus`) by `serve_from_env` on
 //! `MEMKV_PROMETHEUS_BIND`.
 
 use std::time::Duration;

@@ -34,7 +34,7 @@ impl ShowFilter {
     }
 }
 
-/// Where facts come from. [`FabricSources::system`] is the real machine.
+/// Where facts come from. `FabricSources::system` is the real machine.
 pub struct FabricSources<'a> {
     pub sysfs: SysfsReader,
     pub verbs: &'a dyn PortQuery,

@@ -1,7 +1,7 @@
 //! Reads device and port facts from `/sys/class/infiniband` (or a fixture tree with that layout).
 //!
 //! Active MTU is not in sysfs on every kernel, so it comes from a verbs port query
-//! (see [`crate::verbs::PortQuery`]); everything else here is plain text files.
+//! (see `crate::verbs` (`PortQuery`)); everything else here is plain text files.
 
 use crate::error::FabricError;
 use crate::types::{DeviceInfo, Gid, GidEntry, GidType, LinkLayer, PortFacts, PortState};

@@ -2,23 +2,23 @@
 //!
 //! # Design
 //!
-//! * **Index** ([`index`]): 64 sharded maps from key to an `Arc`'d block. Writers build a
+//! * **Index** (`index`): 64 sharded maps from key to an `Arc`'d block. Writers build a
 //!   complete block first and then swap the index entry, so a reader sees either the old or the
 //!   new value, never a mix; old bytes are freed only when the last `Arc` (a reader, a pin) drops.
-//! * **Memory mode** ([`arena`], [`allocator`], [`memory`]): one contiguous mapping
+//! * **Memory mode** (`arena`, `allocator`, `memory`): one contiguous mapping
 //!   (explicit hugepages if enough are free, else THP, else plain pages) that the RDMA layer
 //!   registers once. Values of at least one granule (`memory.block_size`) take contiguous
 //!   granule runs; smaller ones take size-class slots carved from slabs. `get` returns a
 //!   zero-copy [`ValueRef`]; `lookup` pins a block for a one-sided RDMA READ with a lease.
 //!   [`Store::prefault`] populates the arena's pages up front (MADV_POPULATE_WRITE, split over
 //!   threads, safe while serving) so a fresh server does not zero pages on its first writes.
-//! * **File mode** ([`file`]): values occupy `storage.block_size` extents striped round-robin
+//! * **File mode** (`file`): values occupy `storage.block_size` extents striped round-robin
 //!   over drive files behind an I/O trait. Each drive has a superblock; drive 0 holds a
 //!   two-half journal of checksummed commit/delete records, replayed at open and compacted when
 //!   a half fills. Commits are acknowledged after data and record are synced, grouped across
 //!   concurrent committers; reads are verified against xxh3-64 and corrupt values dropped.
-//! * **Reservations** ([`reservation`]): two-phase puts by handle or id, with a lease so a
-//!   writer that disappears leaks nothing. **Eviction** ([`eviction`]): CLOCK over committed,
+//! * **Reservations** (`reservation`): two-phase puts by handle or id, with a lease so a
+//!   writer that disappears leaks nothing. **Eviction** (`eviction`): CLOCK over committed,
 //!   unpinned blocks, or `Full` errors when eviction is off.
 //!
 //! * **Checksums** ([`mod@checksum`], public): xxh3-64 everywhere; the arena layer has an AVX2
@@ -45,7 +45,7 @@
 //! least one extent in file mode, so file mode suits block-sized values (KV-cache blocks), not
 //! tiny ones.
 //!
-//! `unsafe` is confined to [`arena`] (the mapping, block slices and the SIMD checksum).
+//! `unsafe` is confined to `arena` (the mapping, block slices and the SIMD checksum).
 
 mod allocator;
 mod arena;
