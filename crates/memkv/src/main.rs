@@ -90,8 +90,7 @@ async fn client_command(global: &GlobalArgs, command: Command) -> Result<(), Exi
         } else {
             servers
         };
-        let deadline = Duration::from_millis(global.timeout_ms.unwrap_or(5000));
-        return admin::status(servers, json, deadline).await;
+        return admin::status(servers, json, admin_deadline(global)?).await;
     }
     let config = ClientConfig::from_env_with(&overrides(global))?;
     let client = Client::connect(config).await?;
@@ -102,6 +101,26 @@ async fn client_command(global: &GlobalArgs, command: Command) -> Result<(), Exi
         Command::Exists { key } => kv::exists(&client, &key).await,
         _ => unreachable!("handled in run"),
     }
+}
+
+/// `--timeout-ms`, else `MEMKV_TIMEOUT_MS`, else 5 s: the same precedence as client commands.
+fn admin_deadline(global: &GlobalArgs) -> Result<Duration, Exit> {
+    let ms = match (global.timeout_ms, std::env::var("MEMKV_TIMEOUT_MS")) {
+        (Some(ms), _) => ms,
+        (None, Ok(text)) => text
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|ms| (1..=3_600_000).contains(ms))
+            .ok_or_else(|| {
+                Exit::with(
+                    exit::USAGE,
+                    format!("MEMKV_TIMEOUT_MS: {text:?} is not an integer in 1..=3600000"),
+                )
+            })?,
+        (None, Err(_)) => 5000,
+    };
+    Ok(Duration::from_millis(ms))
 }
 
 fn keygen() -> Result<(), Exit> {

@@ -34,6 +34,21 @@ async fn admin_status_json_is_an_array_with_one_object_per_server() {
     let table = String::from_utf8(o.stdout).unwrap();
     assert!(table.starts_with("SERVER"), "{table}");
     assert!(table.contains(&format!("{unused}  ERROR")), "{table}");
+
+    // The deadline follows MEMKV_TIMEOUT_MS like every client command; bad values are named.
+    let status_with_env_deadline = |value: &str| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_memkv"));
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("MEMKV_TIMEOUT_MS", value)
+            .args(["--servers", &addr, "admin", "status"]);
+        cmd
+    };
+    let o = run(status_with_env_deadline("soon"), None).await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("MEMKV_TIMEOUT_MS"), "{}", stderr(&o));
+    let o = run(status_with_env_deadline("2000"), None).await;
+    assert!(o.status.success(), "{}", stderr(&o));
     server.shutdown().await.unwrap();
 }
 
