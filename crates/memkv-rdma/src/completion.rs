@@ -62,7 +62,7 @@ fn run(core: &QpCore) {
             continue;
         }
         let next_deadline = next_deadline.or_else(|| core.check_deadlines(Instant::now()));
-        sleep_until_event(core, channel, next_deadline);
+        sleep_until_event(core.channel_fd(), core.wake_fd(), channel, next_deadline);
         last_check = Instant::now() - DEADLINE_CHECK;
     }
 }
@@ -91,8 +91,20 @@ fn drain(core: &QpCore, cq: *mut ibv_cq, wcs: &mut [ibv_wc; BATCH]) -> bool {
     }
 }
 
-fn sleep_until_event(
-    core: &QpCore,
+/// Wakes a completion thread sleeping in [`sleep_until_event`] on `wake_fd` (its eventfd).
+pub(crate) fn wake(wake_fd: std::os::fd::RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live u64 to the caller's eventfd; a full counter (EAGAIN)
+    // still leaves the fd readable, which is all that matters.
+    unsafe { libc::write(wake_fd, (&raw const one).cast(), 8) };
+}
+
+/// Blocks until the completion channel `channel` (readable on `channel_fd`) has an event, the
+/// thread's eventfd `wake_fd` is signalled, or `deadline` passes; takes and acknowledges the
+/// event so the caller can poll the queue. Shared by RC pairs and the DC initiator pool.
+pub(crate) fn sleep_until_event(
+    channel_fd: std::os::fd::RawFd,
+    wake_fd: std::os::fd::RawFd,
     channel: *mut rdma_mummy_sys::ibv_comp_channel,
     deadline: Option<Instant>,
 ) {
@@ -103,12 +115,12 @@ fn sleep_until_event(
     });
     let mut fds = [
         libc::pollfd {
-            fd: core.channel_fd(),
+            fd: channel_fd,
             events: libc::POLLIN,
             revents: 0,
         },
         libc::pollfd {
-            fd: core.wake_fd(),
+            fd: wake_fd,
             events: libc::POLLIN,
             revents: 0,
         },
@@ -124,14 +136,14 @@ fn sleep_until_event(
         // SAFETY: the channel is alive and non-blocking; both out-pointers are valid.
         let got = unsafe { ibv_get_cq_event(channel, &mut event_cq, &mut context) };
         if got == 0 && !event_cq.is_null() {
-            // SAFETY: `event_cq` is the CQ the event was for (ours; one CQ per channel), and
-            // this acknowledges exactly the one event just taken.
+            // SAFETY: `event_cq` is the CQ the event was for (the caller's; one CQ per
+            // channel), and this acknowledges exactly the one event just taken.
             unsafe { ibv_ack_cq_events(event_cq, 1) };
         }
     }
     if fds[1].revents != 0 {
         let mut counter = 0u64;
         // SAFETY: reads 8 bytes into a live u64 from our own non-blocking eventfd.
-        unsafe { libc::read(core.wake_fd(), (&raw mut counter).cast(), 8) };
+        unsafe { libc::read(wake_fd, (&raw mut counter).cast(), 8) };
     }
 }

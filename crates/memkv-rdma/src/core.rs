@@ -133,10 +133,7 @@ impl QpCore {
     }
 
     pub fn wake_thread(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our own eventfd; a full counter (EAGAIN)
-        // still leaves the fd readable, which is all we need.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&raw const one).cast(), 8) };
+        crate::completion::wake(self.wake.as_raw_fd());
     }
 
     pub fn is_broken(&self) -> bool {

@@ -7,10 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rdma_mummy_sys::{
-    ibv_ack_cq_events, ibv_comp_channel, ibv_cq, ibv_get_cq_event, ibv_poll_cq, ibv_req_notify_cq,
-    ibv_wc,
-};
+use rdma_mummy_sys::{ibv_cq, ibv_poll_cq, ibv_req_notify_cq, ibv_wc};
 use sideway::ibverbs::completion::CompletionQueue as _;
 
 use crate::core::FLUSH_GRACE;
@@ -64,7 +61,12 @@ fn run(core: &PoolCore) {
             continue;
         }
         let next_deadline = next_deadline.or_else(|| check_deadlines(core, Instant::now()));
-        sleep_until_event(core, channel, next_deadline);
+        crate::completion::sleep_until_event(
+            core.channel_fd(),
+            core.wake_fd(),
+            channel,
+            next_deadline,
+        );
         last_check = Instant::now() - DEADLINE_CHECK;
     }
 }
@@ -177,51 +179,8 @@ fn check_deadlines(core: &PoolCore, now: Instant) -> Option<Instant> {
     expiry.next
 }
 
-fn sleep_until_event(core: &PoolCore, channel: *mut ibv_comp_channel, deadline: Option<Instant>) {
-    let timeout_ms = deadline.map_or(-1, |d| {
-        let left = d.saturating_duration_since(Instant::now());
-        i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX)
-    });
-    let mut fds = [
-        libc::pollfd {
-            fd: core.channel_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: core.wake_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
-    let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-    if rc <= 0 {
-        return;
-    }
-    if fds[0].revents != 0 {
-        let mut event_cq: *mut ibv_cq = std::ptr::null_mut();
-        let mut context: *mut libc::c_void = std::ptr::null_mut();
-        // SAFETY: the channel is alive and non-blocking; both out-pointers are valid.
-        let got = unsafe { ibv_get_cq_event(channel, &mut event_cq, &mut context) };
-        if got == 0 && !event_cq.is_null() {
-            // SAFETY: `event_cq` is the pool's CQ (one CQ per channel), and this acknowledges
-            // exactly the one event just taken.
-            unsafe { ibv_ack_cq_events(event_cq, 1) };
-        }
-    }
-    if fds[1].revents != 0 {
-        let mut counter = 0u64;
-        // SAFETY: reads 8 bytes into a live u64 from our own non-blocking eventfd.
-        unsafe { libc::read(core.wake_fd(), (&raw mut counter).cast(), 8) };
-    }
-}
-
 impl PoolCore {
     pub fn wake_thread(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our own eventfd; a full counter (EAGAIN)
-        // still leaves it readable, which is all that matters.
-        unsafe { libc::write(self.wake_fd(), (&raw const one).cast(), 8) };
+        crate::completion::wake(self.wake_fd());
     }
 }
