@@ -91,6 +91,41 @@ fn drain(core: &QpCore, cq: *mut ibv_cq, wcs: &mut [ibv_wc; BATCH]) -> bool {
     }
 }
 
+/// A completion queue of `depth` entries whose events arrive on its own non-blocking
+/// completion channel, for a completion thread to sleep on ([`sleep_until_event`]).
+pub(crate) fn notified_cq(
+    device: &crate::device::RdmaDevice,
+    depth: u32,
+) -> Result<
+    (
+        std::sync::Arc<sideway::ibverbs::completion::CompletionChannel>,
+        std::sync::Arc<sideway::ibverbs::completion::BasicCompletionQueue>,
+    ),
+    crate::error::RdmaError,
+> {
+    let fail = |call, e: &dyn std::fmt::Display| crate::error::RdmaError::Verbs {
+        call,
+        device: device.name().to_owned(),
+        errno: 0,
+        reason: e.to_string(),
+    };
+    let channel = device
+        .context()
+        .create_comp_channel()
+        .map_err(|e| fail("ibv_create_comp_channel", &e))?;
+    channel
+        .set_nonblocking(true)
+        .map_err(|e| crate::error::RdmaError::verbs("fcntl(O_NONBLOCK)", device.name(), &e))?;
+    let cq = device
+        .context()
+        .create_cq_builder()
+        .setup_cqe(depth)
+        .setup_comp_channel(&channel, 0)
+        .build()
+        .map_err(|e| fail("ibv_create_cq", &e))?;
+    Ok((channel, cq))
+}
+
 /// Wakes a completion thread sleeping in [`sleep_until_event`] on `wake_fd` (its eventfd).
 pub(crate) fn wake(wake_fd: std::os::fd::RawFd) {
     let one: u64 = 1;

@@ -88,20 +88,7 @@ impl RdmaDevice {
             errno: 0,
             reason: e.to_string(),
         };
-        let channel = self
-            .context()
-            .create_comp_channel()
-            .map_err(|e| fail("ibv_create_comp_channel", &e))?;
-        channel
-            .set_nonblocking(true)
-            .map_err(|e| RdmaError::verbs("fcntl(O_NONBLOCK)", self.name(), &e))?;
-        let cq = self
-            .context()
-            .create_cq_builder()
-            .setup_cqe(depth)
-            .setup_comp_channel(&channel, 0)
-            .build()
-            .map_err(|e| fail("ibv_create_cq", &e))?;
+        let (channel, cq) = crate::completion::notified_cq(self, depth)?;
         let mut qp = self
             .pd()
             .create_qp_builder()

@@ -135,26 +135,7 @@ impl RdmaDevice {
             requested: u64::from(num_dcis),
             limit: u64::from(limits.max_cqe),
         })?;
-        let fail = |call, e: &dyn std::fmt::Display| RdmaError::Verbs {
-            call,
-            device: self.name().to_owned(),
-            errno: 0,
-            reason: e.to_string(),
-        };
-        let channel = self
-            .context()
-            .create_comp_channel()
-            .map_err(|e| fail("ibv_create_comp_channel", &e))?;
-        channel
-            .set_nonblocking(true)
-            .map_err(|e| RdmaError::verbs("fcntl(O_NONBLOCK)", self.name(), &e))?;
-        let cq = self
-            .context()
-            .create_cq_builder()
-            .setup_cqe(cq_depth)
-            .setup_comp_channel(&channel, 0)
-            .build()
-            .map_err(|e| fail("ibv_create_cq", &e))?;
+        let (channel, cq) = crate::completion::notified_cq(self, cq_depth)?;
         let mut dcis = Vec::with_capacity(num_dcis as usize);
         for _ in 0..num_dcis {
             let qp = RawQp::create(self, &cq, DcRole::Initiator { depth })?;
