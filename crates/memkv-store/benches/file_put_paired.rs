@@ -7,11 +7,12 @@
 //! Run: `cargo bench -p memkv-store --bench file_put_paired [-- PAIRS]` (default 200 pairs per
 //! size; `MEMKV_BENCH_DIR` picks the directory, default the system temp dir).
 
-use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
-use memkv_store::{DriveConfig, Store, StoreConfig, StoreMode};
+mod common;
+
+use common::{bench_dir, file_store_and_plain, payload};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort_unstable();
@@ -25,27 +26,8 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(if benching { 200 } else { 3 });
-    let base = std::env::var_os("MEMKV_BENCH_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    let dir = base.join(format!("memkv-store-paired-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut cfg = StoreConfig::file(vec![DriveConfig {
-        path: dir.join("drive0"),
-        size: Some(1 << 30),
-    }]);
-    if let StoreMode::File { block_size, .. } = &mut cfg.mode {
-        *block_size = 4 << 20;
-    }
-    let store = Store::open(cfg).unwrap();
-    let plain = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(dir.join("plain"))
-        .unwrap();
-    plain.set_len(64 << 20).unwrap();
+    let dir = bench_dir("paired");
+    let (store, plain) = file_store_and_plain(&dir);
     println!("| size | pairs | pwrite + fdatasync (median) | store put (median) | plain / store |");
     println!("|---|---|---|---|---|");
     for (len, label) in [
@@ -53,7 +35,7 @@ fn main() {
         (1 << 20, "1MiB"),
         (4 << 20, "4MiB"),
     ] {
-        let data: Vec<u8> = (0..len).map(|i| (i * 131 % 251) as u8).collect();
+        let data = payload(len);
         let key = format!("k{label}");
         // Warm both: allocate the plain file's blocks and every extent the store cycles through.
         for _ in 0..8 {

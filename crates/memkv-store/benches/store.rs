@@ -7,13 +7,14 @@
 //! Run: `cargo bench -p memkv-store -- --warm-up-time 1 --measurement-time 3`
 //! (`MEMKV_BENCH_DIR` picks the directory for file mode; default: the system temp dir).
 
-use std::fs::OpenOptions;
 use std::hint::black_box;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 
+mod common;
+
+use common::{bench_dir, file_store_and_plain, payload};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use memkv_store::{DriveConfig, Store, StoreConfig, StoreMode};
+use memkv_store::{Store, StoreConfig};
 
 const SIZES: [(usize, &str); 4] = [
     (4 << 10, "4KiB"),
@@ -21,19 +22,6 @@ const SIZES: [(usize, &str); 4] = [
     (1 << 20, "1MiB"),
     (4 << 20, "4MiB"),
 ];
-
-fn payload(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 131 % 251) as u8).collect()
-}
-
-fn bench_dir() -> PathBuf {
-    let base = std::env::var_os("MEMKV_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    let dir = base.join(format!("memkv-store-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// The integrity hash alone, for reading the put/read numbers against.
 fn hash(c: &mut Criterion) {
@@ -96,23 +84,8 @@ fn memory(c: &mut Criterion) {
 }
 
 fn file(c: &mut Criterion) {
-    let dir = bench_dir();
-    let mut cfg = StoreConfig::file(vec![DriveConfig {
-        path: dir.join("drive0"),
-        size: Some(1 << 30),
-    }]);
-    if let StoreMode::File { block_size, .. } = &mut cfg.mode {
-        *block_size = 4 << 20;
-    }
-    let store = Store::open(cfg).unwrap();
-    let plain = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(dir.join("plain"))
-        .unwrap();
-    plain.set_len(64 << 20).unwrap();
+    let dir = bench_dir("bench");
+    let (store, plain) = file_store_and_plain(&dir);
     for (group_name, is_put) in [("file_put", true), ("file_read", false)] {
         let mut g = c.benchmark_group(group_name);
         for (len, label) in SIZES {
