@@ -240,7 +240,7 @@ impl RdmaPath {
                         && let Some(s) = s.as_ref()
                     {
                         doorbells += s.channel.doorbells();
-                        dc_sessions += usize::from(s.channel.transport() == "DC");
+                        dc_sessions += usize::from(matches!(s.channel, Channel::Dc { .. }));
                     }
                     let health = slots[r].health.lock().unwrap_or_else(|p| p.into_inner());
                     if let Some(reason) = health.reason(now) {

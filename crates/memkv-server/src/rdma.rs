@@ -101,7 +101,7 @@ pub fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaHandle>, dc_key: u64) -> R
         tracing::info!("{reason}; serving TCP only");
         return RdmaState::inactive(reason, Some(fabric), Vec::new());
     }
-    let devices: Vec<RdmaDeviceStatus> = fabric.plans().iter().map(device_status).collect();
+    let mut devices: Vec<RdmaDeviceStatus> = fabric.plans().iter().map(device_status).collect();
     let plan = match fabric.usable_port(Some(&rdma.device)) {
         Ok(plan) => plan.clone(),
         Err(e) => {
@@ -139,7 +139,6 @@ pub fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaHandle>, dc_key: u64) -> R
         }
     };
     let dc = dc_target(&device, dc_key);
-    let mut devices = devices;
     let transport = if dc.is_some() { "dc+rc" } else { "rc" };
     for d in devices
         .iter_mut()
