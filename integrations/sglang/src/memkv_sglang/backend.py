@@ -1,0 +1,418 @@
+# SPDX-License-Identifier: Apache-2.0
+"""memkv as an SGLang HiCache L3 storage backend.
+
+Selected with::
+
+    --hicache-storage-backend dynamic
+    --hicache-storage-backend-extra-config '{"backend_name": "memkv",
+        "module_path": "memkv_sglang.backend", "class_name": "MemKVHiCacheStorage",
+        "interface_v1": 1, "servers": ["10.0.0.1:9900"], "auth_key": "..."}'
+
+SGLang calls every method synchronously from its prefetch and backup threads; a
+memkv failure (server down, timeout) turns into a miss or a failed write, never
+an exception out of an I/O method, so HiCache falls back to recomputing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, List, Optional, Sequence
+
+import memkv
+import torch
+from sglang.srt.mem_cache.hicache_storage import (
+    HiCacheStorage,
+    HiCacheStorageConfig,
+    HiCacheStorageExtraInfo,
+)
+
+from memkv_sglang.keys import KeyScheme, pool_format
+from memkv_sglang.pages import ObjectRanges, group_objects, view_at
+
+logger = logging.getLogger(__name__)
+
+# extra_config keys this backend reads (besides SGLang's own backend_name /
+# module_path / class_name / interface_v1).
+CLIENT_OPTIONS = ("servers", "auth_key", "transport", "timeout_ms", "config")
+
+
+def _servers(value: Any) -> Optional[List[str]]:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        servers = [s.strip() for s in value.split(",") if s.strip()]
+    elif isinstance(value, (list, tuple)):
+        servers = [str(s).strip() for s in value]
+    else:
+        raise ValueError(
+            "extra_config 'servers' must be a list of host:port strings or one "
+            f"comma-separated string, got {type(value).__name__}"
+        )
+    if not servers:
+        raise ValueError("extra_config 'servers' is empty; omit it to use MEMKV_SERVERS")
+    return servers
+
+
+def client_from_extra_config(extra: dict) -> "memkv.Client":
+    """A memkv client; options missing here come from MEMKV_* and the local key file."""
+    timeout = extra.get("timeout_ms")
+    return memkv.Client(
+        servers=_servers(extra.get("servers")),
+        auth_key=extra.get("auth_key"),
+        transport=extra.get("transport"),
+        timeout_ms=int(timeout) if timeout is not None else None,
+        config=extra.get("config"),
+    )
+
+
+def _failed_keys(err: Exception, attempted: Sequence[str]) -> set:
+    """The keys a batch exception names; all of them when it names none."""
+    raw = getattr(err, "keys", None)
+    if not raw:
+        return set(attempted)
+    return {k.decode() if isinstance(k, (bytes, bytearray)) else str(k) for k in raw}
+
+
+def _tensor_bytes(value: torch.Tensor):
+    """A C-contiguous CPU byte view of a tensor (copies only when it must)."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor page, got {type(value).__name__}")
+    t = value.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+class MemKVHiCacheStorage(HiCacheStorage):
+    def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
+        # SGLang's "dynamic" loader calls cls(storage_config, kwargs).
+        if storage_config is None:
+            raise ValueError("MemKVHiCacheStorage needs SGLang's HiCacheStorageConfig")
+        if storage_config.should_split_heads:
+            raise ValueError(
+                "memkv-sglang does not support tp_lcm_size head splitting "
+                "(heterogeneous TP with the page_head layout); drop tp_lcm_size"
+            )
+        self.storage_config = storage_config
+        extra = dict(storage_config.extra_config or {})
+        self.interface_v1 = bool(int(extra.get("interface_v1", 0) or 0))
+        self.key_prefix = extra.get("key_prefix")
+        self.keys = KeyScheme.build(storage_config, self.key_prefix)
+        self.client = client_from_extra_config(extra)
+        self.mem_pool_host = None
+        self._registered_view: Optional[memoryview] = None
+        self._closed = False
+        # Metrics, drained by get_stats (SGLang's StorageMetrics shape).
+        self._metrics_lock = threading.Lock()
+        self._prefetch_pgs: List[int] = []
+        self._backup_pgs: List[int] = []
+        self._prefetch_bw: List[float] = []
+        self._backup_bw: List[float] = []
+        logger.info(
+            "memkv HiCache storage: namespace %s, %s interface, transport %s",
+            self.keys.namespace,
+            "zero-copy v1" if self.interface_v1 else "plain",
+            self.client.transport,
+        )
+
+    # ---- host pool ---------------------------------------------------------------
+
+    def register_mem_pool_host(self, mem_pool_host) -> None:
+        super().register_mem_pool_host(mem_pool_host)
+        # The pool's layout and dtype decide the byte order of a page: key on them so
+        # engines started with different --hicache-mem-layout never share pages.
+        self.keys = KeyScheme.build(
+            self.storage_config, self.key_prefix, pool_format(mem_pool_host)
+        )
+        if not self.interface_v1:
+            return
+        kv = getattr(mem_pool_host, "kv_buffer", None)
+        if not isinstance(kv, torch.Tensor):
+            raise ValueError(
+                "memkv-sglang's zero-copy interface needs a host pool with one kv_buffer "
+                f"tensor (MHA or MLA); {type(mem_pool_host).__name__} has "
+                f"{type(kv).__name__}. Drop interface_v1 to use the plain interface."
+            )
+        if kv.device.type != "cpu" or not kv.is_contiguous():
+            raise ValueError(
+                f"host kv_buffer must be contiguous CPU memory, got device={kv.device} "
+                f"contiguous={kv.is_contiguous()}"
+            )
+        nbytes = kv.numel() * kv.element_size()
+        if nbytes:
+            # RDMA needs the pool registered once; on TCP this only keeps the export.
+            self._registered_view = view_at(kv.data_ptr(), nbytes)
+            self.client.register(self._registered_view)
+        logger.info(
+            "memkv: registered host KV pool (%d bytes, layout %s) over %s",
+            nbytes,
+            getattr(mem_pool_host, "layout", "?"),
+            self.client.transport,
+        )
+
+    def _pool(self):
+        if self.mem_pool_host is None:
+            raise RuntimeError(
+                "batch_get_v1/batch_set_v1 called before register_mem_pool_host"
+            )
+        return self.mem_pool_host
+
+    def _page_objects(self, keys: List[str], host_indices) -> List[ObjectRanges]:
+        pool = self._pool()
+        n = len(host_indices)
+        if n % len(keys):
+            raise ValueError(
+                f"{n} host indices for {len(keys)} pages: not a whole number of tokens per page"
+            )
+        ptrs, sizes = pool.get_page_buffer_meta(host_indices)
+        return group_objects(ptrs, sizes, len(keys), self.keys.objects_per_page)
+
+    def _object_names(self, keys: List[str]) -> List[str]:
+        names: List[str] = []
+        for k in keys:
+            names.extend(self.keys.page_objects(k))
+        return names
+
+    def _per_page(self, object_ok: List[bool]) -> List[bool]:
+        m = self.keys.objects_per_page
+        return [all(object_ok[i : i + m]) for i in range(0, len(object_ok), m)]
+
+    # ---- zero-copy interface ---------------------------------------------------------
+
+    def batch_set_v1(
+        self,
+        keys: List[str],
+        host_indices: torch.Tensor,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> List[bool]:
+        if not keys:
+            return []
+        objects = self._page_objects(keys, host_indices)
+        names = self._object_names(keys)
+        # Pages are content-addressed: one already stored is not written again.
+        present = self._exists_objects(names) or [False] * len(names)
+        todo = [i for i, p in enumerate(present) if not p]
+        items = [
+            (names[i], objects[i].view() if objects[i].contiguous else objects[i].gather())
+            for i in todo
+        ]
+        failed: set = set()
+        start = time.perf_counter()
+        if items:
+            try:
+                self.client.put_many(items)
+            except memkv.Error as e:
+                failed = _failed_keys(e, [names[i] for i in todo])
+                logger.warning("memkv: %d of %d page objects not stored: %s", len(failed), len(items), e)
+        ok = self._per_page([names[i] not in failed for i in range(len(names))])
+        written = sum(objects[i].size for i in todo if names[i] not in failed)
+        self._record(self._backup_pgs, self._backup_bw, len(keys), written, start)
+        return ok
+
+    def batch_get_v1(
+        self,
+        keys: List[str],
+        host_indices: torch.Tensor,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> List[bool]:
+        if not keys:
+            return []
+        objects = self._page_objects(keys, host_indices)
+        names = self._object_names(keys)
+        buffers = [o.view() if o.contiguous else bytearray(o.size) for o in objects]
+        start = time.perf_counter()
+        try:
+            lengths = self.client.get_many_into(names, buffers)
+        except memkv.Error as e:
+            # The batch call reports no per-key lengths when any key failed, so no page
+            # of this batch can be trusted.
+            logger.warning("memkv: reading %d pages failed: %s", len(keys), e)
+            return [False] * len(keys)
+        object_ok = []
+        for obj, buf, n in zip(objects, buffers, lengths):
+            # A value of another size is another layout's or model's page: a miss.
+            hit = n is not None and n == obj.size
+            if hit and not obj.contiguous:
+                obj.scatter(buf)
+            object_ok.append(hit)
+        ok = self._per_page(object_ok)
+        read = sum(o.size for o, hit in zip(objects, object_ok) if hit)
+        self._record(self._prefetch_pgs, self._prefetch_bw, len(keys), read, start)
+        return ok
+
+    # ---- existence -------------------------------------------------------------------
+
+    def _exists_objects(self, names: List[str]) -> Optional[List[bool]]:
+        try:
+            return self.client.exists_many(names)
+        except memkv.Error as e:
+            logger.warning("memkv: existence check of %d objects failed: %s", len(names), e)
+            return None
+
+    def batch_exists(
+        self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None
+    ) -> int:
+        """How many pages, from the first, are stored (SGLang loads only a prefix)."""
+        if not keys:
+            return 0
+        if self.interface_v1:
+            names = self._object_names(keys)
+            found = self._exists_objects(names)
+            if found is None:
+                return 0
+            pages = self._per_page(found)
+        else:
+            pages = self._exists_objects([self.keys.flat_page(k) for k in keys])
+            if pages is None:
+                return 0
+        return pages.index(False) if False in pages else len(pages)
+
+    def exists(self, key: str) -> bool:
+        return self.batch_exists([key]) == 1
+
+    # ---- plain interface: one flat page tensor per key ---------------------------
+
+    def set(
+        self,
+        key: str,
+        value: Optional[Any] = None,
+        target_location: Optional[Any] = None,
+        target_sizes: Optional[Any] = None,
+    ) -> bool:
+        return self.batch_set([key], [value])
+
+    def batch_set(
+        self,
+        keys: List[str],
+        values: Optional[Any] = None,
+        target_locations: Optional[Any] = None,
+        target_sizes: Optional[Any] = None,
+    ) -> bool:
+        if not keys:
+            return True
+        if values is None or len(values) != len(keys):
+            raise ValueError(
+                f"batch_set needs one page tensor per key: {len(keys)} keys, "
+                f"{'no' if values is None else len(values)} values"
+            )
+        names = [self.keys.flat_page(k) for k in keys]
+        present = self._exists_objects(names) or [False] * len(names)
+        items = [(n, _tensor_bytes(v)) for n, v, p in zip(names, values, present) if not p]
+        start = time.perf_counter()
+        if items:
+            try:
+                self.client.put_many(items)
+            except memkv.Error as e:
+                logger.warning("memkv: storing %d pages failed: %s", len(items), e)
+                return False
+        self._record(
+            self._backup_pgs, self._backup_bw, len(keys), sum(b.nbytes for _, b in items), start
+        )
+        return True
+
+    def get(
+        self,
+        key: str,
+        target_location: Optional[Any] = None,
+        target_sizes: Optional[Any] = None,
+    ) -> torch.Tensor | None:
+        targets = None if target_location is None else [target_location]
+        return self.batch_get([key], targets)[0]
+
+    def batch_get(
+        self,
+        keys: List[str],
+        target_locations: Optional[Any] = None,
+        target_sizes: Optional[Any] = None,
+    ) -> List[torch.Tensor | None]:
+        if not keys:
+            return []
+        names = [self.keys.flat_page(k) for k in keys]
+        start = time.perf_counter()
+        if target_locations is None:
+            # No destination given: return the stored bytes as uint8 tensors.
+            try:
+                values = self.client.get_many(names)
+            except memkv.Error as e:
+                logger.warning("memkv: reading %d pages failed: %s", len(keys), e)
+                return [None] * len(keys)
+            return [
+                None if v is None else torch.frombuffer(bytearray(v), dtype=torch.uint8)
+                for v in values
+            ]
+        if len(target_locations) != len(keys):
+            raise ValueError(
+                f"batch_get needs one target tensor per key: {len(keys)} keys, "
+                f"{len(target_locations)} targets"
+            )
+        buffers = []
+        for t in target_locations:
+            direct = t.device.type == "cpu" and t.is_contiguous()
+            # Read straight into the caller's tensor when its memory allows it.
+            buffers.append(
+                t.reshape(-1).view(torch.uint8).numpy()
+                if direct
+                else bytearray(t.numel() * t.element_size())
+            )
+        try:
+            lengths = self.client.get_many_into(names, buffers)
+        except memkv.Error as e:
+            logger.warning("memkv: reading %d pages failed: %s", len(keys), e)
+            return [None] * len(keys)
+        out: List[torch.Tensor | None] = []
+        read = 0
+        for t, buf, n in zip(target_locations, buffers, lengths):
+            want = t.numel() * t.element_size()
+            if n is None or n != want:
+                out.append(None)
+                continue
+            if isinstance(buf, bytearray):
+                src = torch.frombuffer(buf, dtype=torch.uint8).view(t.dtype).reshape(t.shape)
+                t.copy_(src)
+            out.append(t)
+            read += want
+        self._record(self._prefetch_pgs, self._prefetch_bw, len(keys), read, start)
+        return out
+
+    # ---- housekeeping ----------------------------------------------------------------
+
+    def _record(self, pages: list, bandwidth: list, n: int, nbytes: int, start: float) -> None:
+        if not self.storage_config.enable_storage_metrics:
+            return
+        elapsed = max(time.perf_counter() - start, 1e-9)
+        with self._metrics_lock:
+            pages.append(n)
+            bandwidth.append(nbytes / elapsed / 1e9)  # GB/s, as SGLang's backends report
+
+    def get_stats(self):
+        if not self.storage_config.enable_storage_metrics:
+            return None
+        from sglang.srt.observability.metrics_collector import StorageMetrics
+
+        m = StorageMetrics()
+        with self._metrics_lock:
+            m.prefetch_pgs.extend(self._prefetch_pgs)
+            m.backup_pgs.extend(self._backup_pgs)
+            m.prefetch_bandwidth.extend(self._prefetch_bw)
+            m.backup_bandwidth.extend(self._backup_bw)
+            for lst in (self._prefetch_pgs, self._backup_pgs, self._prefetch_bw, self._backup_bw):
+                lst.clear()
+        return m
+
+    def clear(self) -> None:
+        # memkv has no key listing or namespace delete; stored pages stay until the
+        # servers evict them (LRU) or are restarted.
+        logger.warning(
+            "memkv: clear() leaves pages of %s in place (memkv cannot list keys); "
+            "they age out by LRU",
+            self.keys.namespace,
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.client.close()
+        self._registered_view = None
