@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: Apache-2.0
+"""memkv for LMCache.
+
+* Multiprocess mode (``lmcache server`` with L2 adapters): ``MemkvConnector`` is the
+  ``native_plugin`` connector, configured as
+  ``{"type": "native_plugin", "module_path": "memkv_lmcache",
+  "class_name": "MemkvConnector", "adapter_params": {...}}``.
+* In-process mode (StorageManager inside the vLLM worker):
+  ``memkv_lmcache.backend.MemKVStorageBackend``, loaded through ``storage_plugins``.
+
+This module does not import lmcache, so an LMCache server only pays for memkv.
+"""
+
+from memkv_lmcache._connector import MemkvConnector
+from memkv_lmcache._params import client_kwargs
+
+__all__ = ["MemkvConnector", "client_kwargs", "__version__"]
+__version__ = "0.1.0"

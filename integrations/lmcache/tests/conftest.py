@@ -1,0 +1,40 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Shared fixtures: real memkv servers on loopback (memkv.testing) and byte helpers."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+
+import pytest
+from memkv.testing import MemkvServer
+
+# Every memkv call in these tests has this deadline, so a dead server turns into an
+# error within it; tests assert that nothing waits much longer.
+TIMEOUT_MS = 1500
+
+
+@pytest.fixture
+def server():
+    if not os.environ.get("MEMKV_BIN"):
+        pytest.fail("MEMKV_BIN is not set (run integrations/lmcache/run-tests)")
+    with MemkvServer(max_size="64 MiB") as srv:
+        yield srv
+
+
+def pattern(seed: str, n: int) -> bytes:
+    """Deterministic bytes, so another process can check what it loaded."""
+    out = bytearray()
+    block = hashlib.sha256(seed.encode()).digest()
+    while len(out) < n:
+        block = hashlib.sha256(block).digest()
+        out += block
+    return bytes(out[:n])
+
+
+@pytest.fixture(autouse=True)
+def _quiet_lmcache():
+    # LMCache logs every adapter and backend step at INFO; keep failures readable.
+    logging.getLogger("lmcache").setLevel(logging.WARNING)
+    yield

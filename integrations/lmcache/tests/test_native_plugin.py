@@ -1,0 +1,251 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Multiprocess mode: LMCache's own `native_plugin` config parser and factory build
+NativeConnectorL2Adapter around memkv_lmcache.MemkvConnector, against a real server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import memkv
+import pytest
+import torch
+from conftest import TIMEOUT_MS, pattern
+from lmcache.v1.distributed.api import ObjectKey
+from lmcache.v1.distributed.config import EvictionConfig
+from lmcache.v1.distributed.l2_adapters.config import (
+    add_l2_adapters_args,
+    parse_args_to_l2_adapters_config,
+)
+from lmcache.v1.distributed.l2_adapters.factory import create_l2_adapter_from_registry
+from lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter import NativeConnectorL2Adapter
+from lmcache.v1.distributed.storage_controllers.eviction_controller import (
+    L2AdapterEvictionState,
+    L2EvictionController,
+)
+from lmcache.v1.memory_management import MemoryFormat, MemoryObjMetadata, TensorMemoryObj
+
+import memkv_lmcache
+
+MODEL = "memkv-test/tiny"
+DEADLINE_S = 10.0
+
+
+def adapter_spec(srv, **extra) -> dict:
+    spec = {
+        "type": "native_plugin",
+        "module_path": "memkv_lmcache",
+        "class_name": "MemkvConnector",
+        "adapter_params": {"servers": [srv.address], "auth_key": srv.auth_key, "transport": "tcp", "timeout_ms": TIMEOUT_MS},
+    }
+    spec.update(extra)
+    return spec
+
+
+def build_adapter(spec: dict):
+    """Exactly what `lmcache server --l2-adapter JSON` does with the JSON."""
+    parser = add_l2_adapters_args(argparse.ArgumentParser())
+    config = parse_args_to_l2_adapters_config(parser.parse_args(["--l2-adapter", json.dumps(spec)]))
+    (adapter_config,) = config.adapters
+    return adapter_config, create_l2_adapter_from_registry(adapter_config)
+
+
+@pytest.fixture
+def adapter(server):
+    _, adp = build_adapter(adapter_spec(server))
+    yield adp
+    adp.close()
+
+
+def key(i: int) -> ObjectKey:
+    return ObjectKey(chunk_hash=ObjectKey.IntHash2Bytes(i), model_name=MODEL, kv_rank=0)
+
+
+def key_string(i: int) -> str:
+    # LMCache 0.5.6's wire format for native connectors: model@kv_rank(8 hex)@group@hash.
+    return f"{MODEL}@00000000@0@{ObjectKey.IntHash2Bytes(i).hex()}"
+
+
+def memory_obj(data: bytes) -> TensorMemoryObj:
+    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    meta = MemoryObjMetadata(
+        shape=torch.Size([len(data)]), dtype=torch.uint8, address=0, phy_size=len(data), fmt=MemoryFormat.KV_2LTD, ref_count=1
+    )
+    return TensorMemoryObj(raw, meta, parent_allocator=None)
+
+
+def empty_obj(n: int) -> TensorMemoryObj:
+    return memory_obj(bytes(n))
+
+
+def wait_result(fd: int, fetch, deadline_s: float = DEADLINE_S):
+    """Poll one of the adapter's eventfds until fetch() has the result; fail on timeout."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    end = time.monotonic() + deadline_s
+    while True:
+        result = fetch()
+        if result is not None:
+            return result
+        left = end - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"no completion within {deadline_s} s")
+        if poller.poll(min(left, 0.2) * 1000):
+            try:
+                os.read(fd, 8)
+            except BlockingIOError:
+                pass
+
+
+def store(adp, ids: list[int], datas: list[bytes]):
+    task = adp.submit_store_task([key(i) for i in ids], [memory_obj(d) for d in datas])
+    return wait_result(adp.get_store_event_fd(), lambda: adp.pop_completed_store_tasks().get(task))
+
+
+def lookup(adp, ids: list[int]) -> list[bool]:
+    task = adp.submit_lookup_and_lock_task([key(i) for i in ids], {})
+    bitmap = wait_result(adp.get_lookup_and_lock_event_fd(), lambda: adp.query_lookup_and_lock_result(task))
+    return [bitmap.test(j) for j in range(len(ids))]
+
+
+def load(adp, ids: list[int], sizes: list[int]):
+    objs = [empty_obj(n) for n in sizes]
+    task = adp.submit_load_task([key(i) for i in ids], objs)
+    bitmap = wait_result(adp.get_load_event_fd(), lambda: adp.query_load_result(task))
+    return [bitmap.test(j) for j in range(len(ids))], [bytes(o.byte_array) for o in objs]
+
+
+def test_factory_builds_native_adapter_around_memkv(server):
+    adapter_config, adp = build_adapter(adapter_spec(server))
+    try:
+        assert isinstance(adp, NativeConnectorL2Adapter)
+        assert isinstance(adp._client, memkv_lmcache.MemkvConnector)
+        # Without submit_batch_delete LMCache makes eviction a silent no-op.
+        assert adp._has_delete
+        assert adp.report_status()["is_healthy"]
+    finally:
+        adp.close()
+
+
+def test_store_lookup_load_roundtrip_with_a_miss(adapter, server):
+    sizes = [64 * 1024, 256 * 1024 + 3, 1]
+    datas = [pattern(f"rt{i}", n) for i, n in enumerate(sizes)]
+    result = store(adapter, [1, 2, 3], datas)
+    assert result.is_successful()
+
+    # Stored under LMCache's own key strings, readable by any memkv client.
+    with server.client() as c:
+        assert c.get(key_string(2)) == datas[1]
+
+    assert lookup(adapter, [1, 2, 3, 99]) == [True, True, True, False]
+    adapter.submit_unlock([key(1), key(2), key(3)])
+
+    hits, loaded = load(adapter, [1, 2, 3], sizes)
+    assert hits == [True, True, True]
+    assert loaded == datas
+
+    # A batch with a miss: the miss is reported per key; the hit's bytes are right.
+    hits, loaded = load(adapter, [3, 98], [1, 4096])
+    assert hits == [True, False]
+    assert loaded[0] == datas[2]
+
+
+def test_delete_removes_from_memkv(adapter, server):
+    assert store(adapter, [10, 11], [pattern("d10", 5000), pattern("d11", 6000)]).is_successful()
+    used = adapter.get_usage().total_bytes_used
+    adapter.delete([key(10)])
+    assert lookup(adapter, [10, 11]) == [False, True]
+    with server.client() as c:
+        assert not c.exists(key_string(10))
+    assert adapter.get_usage().total_bytes_used == used - 5000
+
+
+def test_l2_eviction_controller_deletes_from_memkv(server):
+    # Capacity for 8 objects of 64 KiB; LMCache's L2 eviction controller starts at 50%.
+    obj_size = 64 * 1024
+    spec = adapter_spec(
+        server,
+        max_capacity_gb=8 * obj_size / 1024**3,
+        eviction={"eviction_policy": "LRU", "trigger_watermark": 0.5, "eviction_ratio": 0.5},
+    )
+    adapter_config, adp = build_adapter(spec)
+    assert isinstance(adapter_config.eviction_config, EvictionConfig)
+    controller = L2EvictionController([L2AdapterEvictionState(0, adp, adapter_config.eviction_config)])
+    controller.start()
+    try:
+        ids = list(range(100, 106))  # 6 x 64 KiB = 75% of capacity
+        for i in ids:  # one by one, so LRU order is the id order
+            assert store(adp, [i], [pattern(f"e{i}", obj_size)]).is_successful()
+        end = time.monotonic() + DEADLINE_S
+        with server.client() as c:
+            while time.monotonic() < end and all(c.exists_many([key_string(i) for i in ids])):
+                time.sleep(0.1)
+            present = c.exists_many([key_string(i) for i in ids])
+    finally:
+        controller.stop()
+        adp.close()
+    assert not all(present), "LMCache's L2 eviction never deleted anything from memkv"
+    # LRU: what went is the oldest, what stayed is the newest.
+    assert present == sorted(present), present
+    assert present[-1]
+
+
+def test_second_process_loads_what_first_stored(adapter, server):
+    sizes = [4096, 70000]
+    datas = [pattern(f"xp{i}", n) for i, n in enumerate(sizes)]
+    assert store(adapter, [20, 21], datas).is_successful()
+    script = Path(__file__).with_name("second_instance.py")
+    spec = json.dumps(adapter_spec(server))
+    out = subprocess.run(
+        [sys.executable, str(script), "native_plugin", spec, json.dumps({"ids": [20, 21, 22], "sizes": sizes + [10], "seeds": ["xp0", "xp1", None]})],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "hit hit miss", out.stdout
+
+
+def test_server_stopped_mid_run_fails_fast(adapter, server):
+    assert store(adapter, [30], [pattern("s30", 8192)]).is_successful()
+    server.stop()
+    t0 = time.monotonic()
+    result = store(adapter, [31], [pattern("s31", 8192)])
+    assert not result.is_successful()
+    assert lookup(adapter, [30, 31]) == [False, False]
+    hits, loaded = load(adapter, [30], [8192])
+    assert hits == [False]
+    # A load that could not complete is a miss, never a hit over stale buffer bytes.
+    elapsed = time.monotonic() - t0
+    assert elapsed < 3 * (TIMEOUT_MS / 1000) + 5, f"failures took {elapsed:.1f} s"
+    t1 = time.monotonic()
+    adapter.close()
+    assert time.monotonic() - t1 < 10
+
+
+def test_bad_adapter_params_name_the_setting(server):
+    spec = adapter_spec(server)
+    spec["adapter_params"]["timeout"] = 5
+    with pytest.raises(TypeError, match=r"adapter_params\.timeout.*timeout_ms"):
+        build_adapter(spec)
+    spec = adapter_spec(server)
+    spec["adapter_params"]["transport"] = "udp"
+    with pytest.raises(ValueError, match="transport"):
+        build_adapter(spec)
+
+
+def test_wrong_auth_key_is_an_error_not_a_miss(server):
+    spec = adapter_spec(server)
+    spec["adapter_params"]["auth_key"] = "00" * 32
+    try:
+        _, adp = build_adapter(spec)
+    except memkv.Error:
+        return  # refused at connect time: fine
+    try:
+        assert not store(adp, [40], [b"x" * 100]).is_successful()
+    finally:
+        adp.close()

@@ -1,0 +1,206 @@
+# SPDX-License-Identifier: Apache-2.0
+"""In-process mode: LMCache's StorageManager loads MemKVStorageBackend through
+`storage_plugins` / storage_plugin_launcher from a YAML config, and its calls reach a
+real memkv server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TIMEOUT_MS, pattern
+from lmcache.utils import CacheEngineKey
+from lmcache.v1.config import LMCacheEngineConfig
+from lmcache.v1.event_manager import EventManager
+from lmcache.v1.metadata import LMCacheMetadata
+from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
+from lmcache.v1.storage_backend.storage_manager import StorageManager
+
+from memkv_lmcache.backend import MemKVStorageBackend
+
+MODEL = "memkv-test/tiny"
+CHUNK = 16  # tokens per chunk; 2 layers x 2 (K,V) x 16 tokens x 128 x bf16 = 16 KiB
+DEADLINE_S = 10.0
+
+CONFIG_YAML = """\
+chunk_size: {chunk}
+local_cpu: true
+max_local_cpu_size: 0.02
+storage_plugins: [memkv]
+extra_config:
+  storage_plugin.memkv.module_path: memkv_lmcache.backend
+  storage_plugin.memkv.class_name: MemKVStorageBackend
+  storage_plugin.memkv.servers: "{servers}"
+  storage_plugin.memkv.auth_key: "{auth_key}"
+  storage_plugin.memkv.transport: tcp
+  storage_plugin.memkv.timeout_ms: {timeout_ms}
+"""
+
+
+def write_config(tmp_path: Path, srv) -> Path:
+    path = tmp_path / "lmcache.yaml"
+    path.write_text(CONFIG_YAML.format(chunk=CHUNK, servers=srv.address, auth_key=srv.auth_key, timeout_ms=TIMEOUT_MS))
+    return path
+
+
+def metadata() -> LMCacheMetadata:
+    return LMCacheMetadata(
+        model_name=MODEL, world_size=1, local_world_size=1, worker_id=0, local_worker_id=0,
+        kv_dtype=torch.bfloat16, kv_shape=(2, 2, CHUNK, 4, 32), chunk_size=CHUNK,
+    )
+
+
+def key(i: int) -> CacheEngineKey:
+    return CacheEngineKey(model_name=MODEL, world_size=1, worker_id=0, chunk_hash=i, dtype=torch.bfloat16)
+
+
+@pytest.fixture
+def manager(server, tmp_path):
+    sm = StorageManager(LMCacheEngineConfig.from_file(str(write_config(tmp_path, server))), metadata(), EventManager())
+    yield sm
+    sm.close()
+
+
+def backend_of(sm: StorageManager) -> MemKVStorageBackend:
+    backend = sm.storage_backends.get("memkv")
+    assert backend is not None, f"storage_plugin_launcher did not load memkv: {list(sm.storage_backends)}"
+    return backend
+
+
+def chunk(sm: StorageManager, seed: str, tokens: int = CHUNK):
+    """A MemoryObj from LMCache's own allocator, filled with known bytes."""
+    shape = sm.metadata.get_shapes(tokens)[0]
+    obj = sm.allocate(shape, torch.bfloat16)
+    assert obj is not None
+    view = obj.byte_array.cast("B")  # LMCache's view has ctypes format "<B"
+    view[:] = pattern(seed, len(view))
+    return obj
+
+
+def put_and_wait(sm: StorageManager, ids: list[int], tokens: int = CHUNK) -> None:
+    """StorageManager.batched_put (LocalCPUBackend + memkv), then wait for memkv's puts."""
+    sm.batched_put([key(i) for i in ids], [chunk(sm, f"c{i}", tokens) for i in ids])
+    backend = backend_of(sm)
+    end = time.monotonic() + DEADLINE_S
+    while any(backend.exists_in_put_tasks(key(i)) for i in ids):
+        assert time.monotonic() < end, "memkv puts did not finish"
+        time.sleep(0.02)
+    assert backend.stats["put_failures"] == 0, dict(backend.stats)
+
+
+def assert_chunk(obj, seed: str, tokens: int = CHUNK) -> None:
+    assert obj is not None
+    assert obj.get_shape()[2] == tokens
+    assert bytes(obj.byte_array) == pattern(seed, len(obj.byte_array))
+    assert obj.tensor.dtype == torch.bfloat16
+
+
+def test_launcher_builds_backend_and_registers_cpu_arena(manager):
+    backend = backend_of(manager)
+    assert isinstance(backend, MemKVStorageBackend)
+    assert isinstance(backend, StoragePluginInterface)
+    assert backend.get_allocator_backend() is manager.storage_backends["LocalCPUBackend"]
+    arena = manager.storage_backends["LocalCPUBackend"].memory_allocator.buffer
+    assert backend.registered_bytes == arena.numel() > 0
+
+
+def test_put_contains_prefix_contains_and_miss(manager):
+    put_and_wait(manager, [1, 2, 3])
+    assert manager.contains(key(2), search_range=["memkv"]) == "memkv"
+    assert manager.contains(key(99), search_range=["memkv"]) is None
+    hits, mapping = manager.batched_contains([key(1), key(2), key(99), key(3)], search_range=["memkv"])
+    assert hits == 2 and mapping == {"memkv": [key(1), key(2)]}
+    backend = backend_of(manager)
+    count = asyncio.run_coroutine_threadsafe(
+        backend.batched_async_contains("req-1", [key(1), key(2), key(3), key(98)]), manager.loop
+    ).result(DEADLINE_S)
+    assert count == 3
+
+
+def test_blocking_gets_restore_bytes(manager):
+    put_and_wait(manager, [4, 5])
+    assert_chunk(manager.get(key(4), location="memkv"), "c4")
+    objs = manager.batched_get([key(4), key(5)], location="memkv")
+    assert_chunk(objs[0], "c4")
+    assert_chunk(objs[1], "c5")
+    assert manager.get(key(97), location="memkv") is None
+    assert backend_of(manager).get_blocking(key(97)) is None
+
+
+def test_partial_last_chunk_comes_back_with_its_token_count(manager):
+    put_and_wait(manager, [6], tokens=5)
+    assert_chunk(manager.get(key(6), location="memkv"), "c6", tokens=5)
+
+
+def test_non_blocking_gets(manager):
+    put_and_wait(manager, [7, 8, 9])
+    future = manager.get_non_blocking(key(7), location="memkv")
+    assert future is not None
+    assert_chunk(future.result(DEADLINE_S), "c7")
+    assert backend_of(manager).get_non_blocking(key(96)).result(DEADLINE_S) is None
+    # Prefetch path: the loaded prefix up to the first gap.
+    objs = asyncio.run_coroutine_threadsafe(
+        backend_of(manager).batched_get_non_blocking("req-2", [key(8), key(9), key(95), key(7)]), manager.loop
+    ).result(DEADLINE_S)
+    assert len(objs) == 2
+    assert_chunk(objs[0], "c8")
+    assert_chunk(objs[1], "c9")
+
+
+def test_pin_unpin_remove(manager, server):
+    put_and_wait(manager, [10, 11])
+    backend = backend_of(manager)
+    assert backend.contains(key(10), pin=True)
+    assert backend.is_pinned(key(10))
+    assert not backend.remove(key(10), force=False)  # pinned
+    assert backend.unpin(key(10))
+    assert not backend.unpin(key(10))
+    assert backend.remove(key(10), force=False)
+    assert manager.remove(key(11), locations=["memkv"]) == 1
+    assert manager.contains(key(10), search_range=["memkv"]) is None
+    with server.client() as c:
+        assert c.exists_many([key(10).to_string(), key(11).to_string()]) == [False, False]
+    assert not backend.pin(key(10))
+
+
+def test_second_process_loads_what_first_stored(manager, server, tmp_path):
+    put_and_wait(manager, [12, 13])
+    script = Path(__file__).with_name("second_instance.py")
+    args = {"config": str(write_config(tmp_path, server)), "chunk": CHUNK, "ids": [12, 13, 94], "seeds": ["c12", "c13", None]}
+    out = subprocess.run(
+        [sys.executable, str(script), "storage_plugin", MODEL, json.dumps(args)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "hit hit miss", out.stdout
+
+
+def test_server_stopped_mid_run_turns_into_misses_and_failed_puts(manager, server):
+    put_and_wait(manager, [14])
+    backend = backend_of(manager)
+    server.stop()
+    t0 = time.monotonic()
+    assert manager.contains(key(14), search_range=["memkv"]) is None
+    assert manager.get(key(14), location="memkv") is None
+    assert manager.get_non_blocking(key(14), location="memkv").result(DEADLINE_S) is None
+    futures = backend.batched_submit_put_task([key(15)], [chunk(manager, "c15")])
+    assert futures is not None
+    with pytest.raises(Exception):
+        futures[0].result(DEADLINE_S)
+    assert not backend.exists_in_put_tasks(key(15))
+    elapsed = time.monotonic() - t0
+    assert elapsed < 4 * (TIMEOUT_MS / 1000) + 5, f"failures took {elapsed:.1f} s"
+    for what in ("contains_failures", "get_failures", "put_failures"):
+        assert backend.stats[what] > 0, dict(backend.stats)
+
+
+def test_unknown_setting_is_refused_by_name(server, tmp_path):
+    config = LMCacheEngineConfig.from_file(str(write_config(tmp_path, server)))
+    config.extra_config["storage_plugin.memkv.server"] = server.address
+    with pytest.raises(TypeError, match=r"storage_plugin\.memkv\.server\b.*servers"):
+        MemKVStorageBackend(config=config, metadata=metadata(), local_cpu_backend=None, loop=None, dst_device="cpu")
