@@ -1,0 +1,228 @@
+"""End to end: vLLM serves a repeated prompt from memkv, on this machine's CPU.
+
+    python e2e.py [--tokens 4000] [--json results.json]
+
+Makes a tiny random-weight Llama, starts a memkv server, then runs fresh vLLM processes, each
+serving the prompts with greedy sampling and max_tokens=1 (so the time is the prefill):
+
+  memkv-A    prompt P through MemkvConnector: computed, its KV saved to memkv
+  memkv-B    a fresh engine, same P: KV loaded from memkv; then Q (P's first half, then other
+             tokens): the shared chunks load, the rest is computed
+  files-A/B  the same with vLLM's ExampleConnector (safetensors files on the same disk)
+  evict      keys deleted between lookup and load: the load fails, vLLM recomputes
+  down       the memkv server stopped: nothing found, everything computed
+
+and checks every answer against the recomputed one, that B loaded every chunk from memkv (the
+connector's counters and the server's stored bytes) and prints the prefill times and ratios.
+Times are measured, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BLOCK = 128  # vLLM's KV block on the CPU build; chunks are whole blocks
+
+
+def make_model(path: Path) -> None:
+    """A 4-layer Llama with random weights (no downloads), as vLLM's CPU build loads it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        num_hidden_layers=4, hidden_size=512, intermediate_size=1024, num_attention_heads=8,
+        num_key_value_heads=4, vocab_size=4096, max_position_embeddings=16384,
+    )
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(path)
+
+
+def prompts(n_tokens: int) -> dict[str, list[int]]:
+    rng = random.Random(19)
+    p = [rng.randrange(4096) for _ in range(n_tokens)]
+    half = (n_tokens // 2) // BLOCK * BLOCK
+    q = p[:half] + [rng.randrange(4096) for _ in range(n_tokens - half)]
+    return {"P": p, "Q": q}
+
+
+# ---------------------------------------------------------------------------- one engine
+
+
+def engine(spec: dict) -> dict:
+    """Runs in a fresh process: one vLLM engine, the named prompts in order, timed."""
+    from vllm import LLM, SamplingParams
+    from vllm.config import KVTransferConfig
+    from vllm.inputs import TokensPrompt
+
+    ktc = KVTransferConfig(
+        kv_connector=spec["connector"],
+        kv_connector_module_path=spec.get("module"),
+        kv_role="kv_both",
+        kv_connector_extra_config=spec["extra"],
+    )
+    llm = LLM(
+        model=spec["model"], skip_tokenizer_init=True, dtype="bfloat16", enforce_eager=True,
+        kv_transfer_config=ktc, max_model_len=spec["max_len"],
+        # vLLM's own prefix cache would answer Q's shared prefix before any connector is asked.
+        enable_prefix_caching=False,
+    )
+    sp = SamplingParams(max_tokens=1, detokenize=False, temperature=0)
+    # One short request first: the engine's one-time start-up work is not a prefill's.
+    llm.generate([TokensPrompt(prompt_token_ids=list(range(1, 33)))], sp, use_tqdm=False)
+    all_prompts = prompts(spec["tokens"])
+    out = {}
+    for name in spec["prompts"]:
+        t0 = time.perf_counter()
+        res = llm.generate([TokensPrompt(prompt_token_ids=all_prompts[name])], sp, use_tqdm=False)
+        dt = time.perf_counter() - t0
+        out[name] = {
+            "token": list(res[0].outputs[0].token_ids),
+            "seconds": dt,
+            "cached_tokens": res[0].num_cached_tokens,
+        }
+    return out
+
+
+def run_engine(label: str, spec: dict, log_dir: Path, timeout: float) -> dict:
+    """Starts ``engine(spec)`` in a fresh interpreter; its log goes to log_dir/label.log."""
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    log = log_dir / f"{label}.log"
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        proc = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--engine", json.dumps(spec)],
+            stdout=subprocess.PIPE, stderr=f, text=True, env=env, timeout=timeout,
+        )
+    text = log.read_text()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{label}: vLLM exited with {proc.returncode}; log {log}:\n{text[-4000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    loads = [tuple(map(int, m)) for m in re.findall(r"memkv_vllm: loaded (\d+) of (\d+) chunks", text)]
+    saves = [int(m) for m in re.findall(r"memkv_vllm: saved (\d+) chunks", text)]
+    result["_memkv"] = {"loads": loads, "saved_chunks": sum(saves)}
+    result["_wall_s"] = time.perf_counter() - t0
+    print(f"  {label:8s} done in {result['_wall_s']:.0f} s: "
+          + ", ".join(f"{k} token {v['token']} in {v['seconds']:.3f} s" for k, v in result.items()
+                      if not k.startswith("_")), flush=True)
+    return result
+
+
+def stored_bytes(admin: str) -> int:
+    with urllib.request.urlopen(f"http://{admin}/v1/status", timeout=5) as r:
+        return int(json.load(r)["storage"]["used_bytes_total"])
+
+
+# ---------------------------------------------------------------------------- the scenario
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=4000, help="prompt length (default 4000)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per vLLM process")
+    ap.add_argument("--engine", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.engine:
+        print(json.dumps(engine(json.loads(args.engine))), flush=True)
+        return 0
+
+    from memkv.testing import MemkvServer
+
+    n = args.tokens
+    p_chunks = (n - 1) // BLOCK
+    q_shared = (n // 2) // BLOCK
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="memkv-vllm-e2e-") as tmp:
+        work = Path(tmp)
+        model = work / "model"
+        make_model(model)
+        files = work / "files"
+        files.mkdir()
+        base = {"model": str(model), "tokens": n, "max_len": max(8192, n + 256)}
+        print(f"memkv-vllm e2e: {n}-token prompts, logs in {work} (removed at exit)", flush=True)
+        with MemkvServer(max_size="1 GiB") as srv:
+            memkv_extra = {"servers": [srv.address], "auth_key": srv.auth_key, "timeout_ms": 3000}
+            mk = dict(base, connector="MemkvConnector", module="memkv_vllm.connector", extra=memkv_extra)
+            ex = dict(base, connector="ExampleConnector", extra={"shared_storage_path": str(files)})
+            r = {}
+            r["memkv-A"] = run_engine("memkv-A", dict(mk, prompts=["P"]), work, args.timeout)
+            after_a = stored_bytes(srv.admin)
+            r["memkv-B"] = run_engine("memkv-B", dict(mk, prompts=["P", "Q"]), work, args.timeout)
+            after_b = stored_bytes(srv.admin)
+            r["files-A"] = run_engine("files-A", dict(ex, prompts=["P"]), work, args.timeout)
+            r["files-B"] = run_engine("files-B", dict(ex, prompts=["P"]), work, args.timeout)
+            evict = dict(mk, connector="EvictingMemkvConnector", module="tests.faults", prompts=["P"])
+            r["evict"] = run_engine("evict", evict, work, args.timeout)
+            srv.stop()
+            r["down"] = run_engine("down", dict(mk, prompts=["P", "Q"]), work, args.timeout)
+
+    page = 4 * 128 * 128 * 2  # bytes of one block of one layer: 4 KV heads x 128 tokens x K|V x bf16
+    summary = {
+        "tokens": n,
+        "prefill_s": {k: v["P"]["seconds"] for k, v in r.items()},
+        "memkv_vs_recompute": r["memkv-A"]["P"]["seconds"] / r["memkv-B"]["P"]["seconds"],
+        "files_vs_recompute": r["files-A"]["P"]["seconds"] / r["files-B"]["P"]["seconds"],
+        "memkv_vs_files": r["files-B"]["P"]["seconds"] / r["memkv-B"]["P"]["seconds"],
+        "q_prefill_s": {"memkv-B (half loaded)": r["memkv-B"]["Q"]["seconds"],
+                        "down (recomputed)": r["down"]["Q"]["seconds"]},
+        "stored_bytes_after_A": after_a,
+        "stored_bytes_after_B": after_b,
+        "b_loads": r["memkv-B"]["_memkv"]["loads"],
+        "evict_loads": r["evict"]["_memkv"]["loads"],
+        "wall_s": time.perf_counter() - t_start,
+    }
+    failures = check(r, summary, p_chunks, q_shared, page)
+    print(json.dumps(summary, indent=1))
+    print(f"prefill of {n} tokens: recompute {summary['prefill_s']['memkv-A']:.3f} s, memkv "
+          f"{summary['prefill_s']['memkv-B']:.3f} s ({summary['memkv_vs_recompute']:.1f}x), "
+          f"ExampleConnector files {summary['prefill_s']['files-B']:.3f} s "
+          f"({summary['files_vs_recompute']:.1f}x); memkv vs files {summary['memkv_vs_files']:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"summary": summary, "runs": r}, indent=1))
+    for f in failures:
+        print("FAIL:", f)
+    print("e2e:", "FAILED" if failures else "OK", f"({summary['wall_s']:.0f} s)")
+    return 1 if failures else 0
+
+
+def check(r: dict, s: dict, p_chunks: int, q_shared: int, page: int) -> list[str]:
+    """Correctness only: the same greedy tokens everywhere, and B's KV really came from memkv."""
+    bad = []
+    want_p = r["down"]["P"]["token"]  # computed from scratch: the server was gone
+    want_q = r["down"]["Q"]["token"]
+    for label in ("memkv-A", "memkv-B", "files-A", "files-B", "evict"):
+        if r[label]["P"]["token"] != want_p:
+            bad.append(f"{label}: P answered {r[label]['P']['token']}, recomputed {want_p}")
+    if r["memkv-B"]["Q"]["token"] != want_q:
+        bad.append(f"memkv-B: Q answered {r['memkv-B']['Q']['token']}, recomputed {want_q}")
+    if r["memkv-A"]["_memkv"]["saved_chunks"] < p_chunks:
+        bad.append(f"memkv-A saved {r['memkv-A']['_memkv']['saved_chunks']} chunks, want >= {p_chunks}")
+    if s["stored_bytes_after_A"] < p_chunks * 4 * page:
+        bad.append(f"server holds {s['stored_bytes_after_A']} bytes after A, want >= {p_chunks * 4 * page}")
+    want_loads = [(p_chunks, p_chunks), (q_shared, q_shared)]
+    if s["b_loads"] != want_loads:
+        bad.append(f"memkv-B loads (loaded, planned) {s['b_loads']}, want {want_loads}")
+    if r["memkv-B"]["P"]["cached_tokens"] < p_chunks * BLOCK:
+        bad.append(f"memkv-B P: vLLM counted {r['memkv-B']['P']['cached_tokens']} cached tokens")
+    ev = s["evict_loads"]
+    if len(ev) != 1 or not 0 < ev[0][0] < ev[0][1]:
+        bad.append(f"evict: loads {ev}, want one partial load (some chunks recomputed)")
+    if r["down"]["_memkv"]["loads"]:
+        bad.append(f"down: loads {r['down']['_memkv']['loads']} with the server stopped")
+    return bad
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""``MemkvConnector``: vLLM's V1 KV connector backed by memkv.
+
+Turn it on with::
+
+    --kv-transfer-config '{"kv_connector": "MemkvConnector",
+                           "kv_connector_module_path": "memkv_vllm.connector",
+                           "kv_role": "kv_both",
+                           "kv_connector_extra_config": {"servers": ["10.0.0.5:9900"]}}'
+
+vLLM makes two instances: one in the scheduler (looks prompts up, plans loads and saves), one
+in each worker (moves the bytes). A chunk is one vLLM KV block of prompt tokens; it is stored
+as one memkv value per (rank, layer), keyed as described in ``keys.py``.
+
+* Scheduler: ``get_num_new_matched_tokens`` asks memkv (one ``exists_many``) which leading
+  chunks it holds on every rank and layer, and claims those beyond what vLLM has locally,
+  leaving at least the prompt's last token to compute (vLLM needs its logits).
+* Worker: ``start_load_kv`` fills the claimed blocks with one ``get_many_into`` straight into
+  the paged cache; ``wait_for_save`` stores the prompt chunks completed this step with one
+  ``put_many`` straight from it. Both run before the step's results are used, so the blocks
+  cannot be freed or reused under them.
+* Failures never give wrong tokens: a lookup that fails claims nothing; a load that fails or
+  misses reports its blocks through ``get_block_ids_with_load_errors`` and vLLM recomputes
+  them (the connector switches ``kv_load_failure_policy`` from vLLM's default "fail" to
+  "recompute" unless ``recompute_on_load_failure`` is false); a save that fails is a future miss.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+
+from . import keys as K
+from .pages import LayerPages, host_ranges, range_view
+from .settings import parse
+from .store import Store, StoreUnavailable
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.attention.backend import AttentionMetadata
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.request import Request
+
+# vLLM's own logger names the process (Worker / EngineCore) in every line.
+try:
+    from vllm.logger import init_logger
+
+    logger = init_logger(__name__)
+except ImportError:  # pragma: no cover
+    logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Transfer:
+    """Chunks of one request to move: ``hashes[i]`` lives in block ``block_ids[i]``."""
+
+    req_id: str
+    hashes: list[str]
+    block_ids: list[int]
+
+
+@dataclass
+class MemkvConnectorMetadata(KVConnectorMetadata):
+    loads: list[Transfer] = field(default_factory=list)
+    saves: list[Transfer] = field(default_factory=list)
+
+
+@dataclass
+class _Request:
+    """Scheduler-side state of one request."""
+
+    hashes: list[str]  # every whole prompt chunk
+    loadable: int  # chunks that may be loaded: whole chunks before the prompt's last token
+    remote_chunks: int = 0  # leading chunks memkv held at lookup
+    lookup_tokens: int = 0  # tokens vLLM had computed locally at lookup
+    pending_load: tuple[int, int] | None = None  # chunk range to load in the next step
+    block_ids: list[int] = field(default_factory=list)
+    saved_upto: int = 0  # chunks below this are in memkv (found there or saved)
+
+
+class MemkvConnector(KVConnectorBase_V1):
+    def __init__(
+        self,
+        vllm_config: VllmConfig,
+        role: KVConnectorRole,
+        kv_cache_config: KVCacheConfig | None = None,
+    ) -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        if kv_cache_config is None:
+            raise ValueError("memkv_vllm: MemkvConnector needs vLLM's KV cache config (vLLM >= 0.32)")
+        groups = kv_cache_config.kv_cache_groups
+        if len(groups) != 1:
+            raise ValueError(
+                f"memkv_vllm: the model has {len(groups)} KV cache groups; MemkvConnector "
+                "supports one (plain attention models, hybrid KV cache manager off)"
+            )
+        tc = self._kv_transfer_config
+        self._settings = parse(tc.kv_connector_extra_config, os.environ)
+        spec = groups[0].kv_cache_spec
+        self._block_size: int = spec.block_size
+        self._layer_names: list[str] = list(groups[0].layer_names)
+        self._num_blocks: int = kv_cache_config.num_blocks
+        self._page_bytes: int = spec.page_size_bytes
+        self._tp_size: int = vllm_config.parallel_config.tensor_parallel_size
+        mc = vllm_config.model_config
+        layout = K.Layout(
+            model=self._settings.model_id or f"{mc.model}@{mc.revision or ''}",
+            kv_dtype=str(spec.dtype),
+            block_size=self._block_size,
+            num_kv_heads=int(getattr(spec, "num_kv_heads", 0)),
+            head_size=int(getattr(spec, "head_size", 0)),
+            page_bytes=self._page_bytes,
+            layer_names=tuple(self._layer_names),
+            tp_size=self._tp_size,
+            namespace=self._settings.namespace,
+        )
+        self._namespace = layout.digest()
+        self._may_load = tc.is_kv_consumer
+        self._may_save = tc.is_kv_producer
+        who = "scheduler" if role == KVConnectorRole.SCHEDULER else "worker"
+        self._store = Store(self._settings, who)
+        if role == KVConnectorRole.SCHEDULER:
+            self._requests: dict[str, _Request] = {}
+            if self._settings.recompute_on_load_failure and tc.kv_load_failure_policy == "fail":
+                # A cache miss or a lost server must cost recomputation, never a failed request.
+                tc.kv_load_failure_policy = "recompute"
+                logger.info("memkv_vllm: kv_load_failure_policy set to 'recompute'")
+        else:
+            self._rank = _tp_rank()
+            self._pages: dict[str, LayerPages] = {}
+            self._failed_blocks: set[int] = set()
+            self.stats = {"loaded_chunks": 0, "loaded_bytes": 0, "failed_chunks": 0,
+                          "saved_chunks": 0, "saved_bytes": 0, "save_failures": 0}
+        logger.info(
+            "memkv_vllm %s: namespace %s (%s), block %d tokens, %d layers, page %d bytes, roles "
+            "load=%s save=%s", who, self._namespace, layout.model, self._block_size,
+            len(self._layer_names), self._page_bytes, self._may_load, self._may_save,
+        )
+
+    # ------------------------------------------------------------------ scheduler side
+
+    def _seed(self, request: Request) -> bytes:
+        parts = []
+        lora = getattr(request, "lora_request", None)
+        if lora is not None:
+            parts.append(f"lora:{lora.lora_name}:{lora.lora_path}")
+        salt = getattr(request, "cache_salt", None)
+        if salt:
+            parts.append(f"salt:{salt}")
+        return K.chain_seed(parts)
+
+    def get_num_new_matched_tokens(
+        self, request: Request, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        tokens = request.prompt_token_ids
+        if not tokens or request.mm_features or getattr(request, "prompt_embeds", None) is not None:
+            # Images and embeddings are not in the token hash chain: never cache them.
+            self._requests.pop(request.request_id, None)
+            return 0, False
+        st = self._requests.get(request.request_id)
+        if st is None:
+            hashes = K.chunk_hashes(tokens, self._block_size, self._seed(request))
+            st = _Request(hashes=hashes, loadable=(len(tokens) - 1) // self._block_size)
+            self._requests[request.request_id] = st
+        st.lookup_tokens = num_computed_tokens
+        st.pending_load = None
+        st.remote_chunks = self._lookup(st.hashes)
+        st.saved_upto = st.remote_chunks
+        if not self._may_load:
+            return 0, False
+        matched = min(st.remote_chunks, st.loadable) * self._block_size - num_computed_tokens
+        return max(matched, 0), False
+
+    def _lookup(self, hashes: list[str]) -> int:
+        """How many leading chunks memkv holds on every rank and layer (0 on any failure)."""
+        if not hashes:
+            return 0
+        keys = [
+            key
+            for h in hashes
+            for rank in range(self._tp_size)
+            for key in K.chunk_keys(self._namespace, rank, h, self._layer_names)
+        ]
+        try:
+            found = self._store.call("exists_many", keys)
+        except StoreUnavailable:
+            return 0
+        return K.leading_hits(found, self._tp_size * len(self._layer_names))
+
+    def update_state_after_alloc(
+        self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
+    ) -> None:
+        st = self._requests.get(request.request_id)
+        if st is None or num_external_tokens <= 0:
+            return
+        start = st.lookup_tokens // self._block_size
+        st.pending_load = (start, start + num_external_tokens // self._block_size)
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
+        meta = MemkvConnectorMetadata()
+        scheduled = scheduler_output.num_scheduled_tokens
+        for new in scheduler_output.scheduled_new_reqs:
+            st = self._requests.get(new.req_id)
+            if st is None:
+                continue
+            st.block_ids = list(new.block_ids[0])
+            self._plan(new.req_id, st, new.num_computed_tokens + scheduled.get(new.req_id, 0), meta)
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            st = self._requests.get(req_id)
+            if st is None:
+                continue
+            new_blocks = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids:
+                # After preemption vLLM hands over the request's whole block list again.
+                st.block_ids = list(new_blocks[0]) if new_blocks else []
+            elif new_blocks:
+                st.block_ids.extend(new_blocks[0])
+            self._plan(req_id, st, cached.num_computed_tokens[i] + scheduled.get(req_id, 0), meta)
+        return meta
+
+    def _plan(self, req_id: str, st: _Request, computed_after: int, meta: MemkvConnectorMetadata) -> None:
+        if st.pending_load is not None:
+            start, end = st.pending_load
+            st.pending_load = None
+            if end > start:
+                meta.loads.append(Transfer(req_id, st.hashes[start:end], st.block_ids[start:end]))
+            st.saved_upto = max(st.saved_upto, end)
+        if not self._may_save:
+            return
+        # Chunks whose every token has KV in the cache once this step has run.
+        done = min(computed_after // self._block_size, len(st.hashes), len(st.block_ids))
+        if done > st.saved_upto:
+            first = st.saved_upto
+            meta.saves.append(Transfer(req_id, st.hashes[first:done], st.block_ids[first:done]))
+            st.saved_upto = done
+
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        # Saves complete inside the step that computed them, so the blocks can go now.
+        self._requests.pop(request.request_id, None)
+        return False, None
+
+    # ------------------------------------------------------------------ worker side
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        missing = [name for name in self._layer_names if name not in kv_caches]
+        if missing:
+            raise ValueError(f"memkv_vllm: no KV cache tensor for layer(s) {missing}")
+        self._pages = {
+            name: LayerPages(name, kv_caches[name], self._num_blocks, self._page_bytes)
+            for name in self._layer_names
+        }
+        ranges = host_ranges(self._pages.values())
+        # Registered once: with RDMA the NIC then reads and writes the pages directly.
+        self._store.register([range_view(s, e) for s, e in ranges])
+        zero_copy = all(p.zero_copy for p in self._pages.values())
+        logger.info(
+            "memkv_vllm worker rank %d: %d layers, %d blocks, %s; %d host range(s), %.1f MiB "
+            "registered", self._rank, len(self._pages), self._num_blocks,
+            "pages moved in place" if zero_copy else "pages staged through host copies",
+            len(ranges), sum(e - s for s, e in ranges) / 2**20,
+        )
+
+    def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, MemkvConnectorMetadata)
+        if not meta.loads:
+            return
+        t0 = time.perf_counter()
+        keys: list[str] = []
+        buffers: list[memoryview] = []
+        owners: list[int] = []
+        commits = []
+        for transfer in meta.loads:
+            for layer in self._layer_names:
+                views, commit = self._pages[layer].write_views(transfer.block_ids)
+                commits.append((commit, len(keys), len(views)))
+                keys.extend(K.chunk_key(self._namespace, self._rank, h, layer) for h in transfer.hashes)
+                buffers.extend(views)
+                owners.extend(transfer.block_ids)
+        try:
+            lengths = self._store.call("get_many_into", keys, buffers)
+        except StoreUnavailable:
+            lengths = [None] * len(keys)
+        ok = [n == self._page_bytes for n in lengths]
+        for commit, first, count in commits:
+            commit(ok[first : first + count])
+        failed = {owners[i] for i, good in enumerate(ok) if not good}
+        self._failed_blocks |= failed
+        n_blocks = len(set(owners))
+        self.stats["loaded_chunks"] += n_blocks - len(failed)
+        self.stats["loaded_bytes"] += sum(self._page_bytes for good in ok if good)
+        self.stats["failed_chunks"] += len(failed)
+        logger.info(
+            "memkv_vllm: loaded %d of %d chunks (%d tokens, %.1f MiB) in %.1f ms%s",
+            n_blocks - len(failed), n_blocks, (n_blocks - len(failed)) * self._block_size,
+            sum(ok) * self._page_bytes / 2**20, (time.perf_counter() - t0) * 1e3,
+            f"; {len(failed)} to recompute" if failed else "",
+        )
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        # start_load_kv fills every layer before the forward pass begins.
+        return
+
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: AttentionMetadata, **kwargs: Any
+    ) -> None:
+        # All layers are stored together in wait_for_save: one batch instead of one per layer.
+        return
+
+    def wait_for_save(self) -> None:
+        meta = self._get_connector_metadata()
+        assert isinstance(meta, MemkvConnectorMetadata)
+        if not meta.saves:
+            return
+        t0 = time.perf_counter()
+        items: list[tuple[str, memoryview]] = []
+        for transfer in meta.saves:
+            for layer in self._layer_names:
+                views = self._pages[layer].read_views(transfer.block_ids)
+                items.extend(
+                    (K.chunk_key(self._namespace, self._rank, h, layer), v)
+                    for h, v in zip(transfer.hashes, views)
+                )
+        n_chunks = sum(len(t.hashes) for t in meta.saves)
+        try:
+            self._store.call("put_many", items)
+        except StoreUnavailable:
+            self.stats["save_failures"] += n_chunks
+            return
+        except Exception as e:  # noqa: BLE001 - a failed save is a future miss, never fatal
+            self.stats["save_failures"] += n_chunks
+            logger.warning("memkv_vllm: saving %d chunks failed: %s", n_chunks, e)
+            return
+        self.stats["saved_chunks"] += n_chunks
+        self.stats["saved_bytes"] += len(items) * self._page_bytes
+        logger.info(
+            "memkv_vllm: saved %d chunks (%.1f MiB) in %.1f ms", n_chunks,
+            len(items) * self._page_bytes / 2**20, (time.perf_counter() - t0) * 1e3,
+        )
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        failed, self._failed_blocks = self._failed_blocks, set()
+        return failed
+
+    def shutdown(self) -> None:
+        if self.role == KVConnectorRole.WORKER:
+            logger.info("memkv_vllm worker rank %d: totals %s", self._rank, self.stats)
+        self._store.close()
+
+
+def _tp_rank() -> int:
+    from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+    return get_tensor_model_parallel_rank()

@@ -1,0 +1,104 @@
+"""memkv keys for vLLM KV-cache chunks.
+
+A chunk is one vLLM KV block: ``block_size`` consecutive prompt tokens. Its key names
+
+* the namespace: a digest of everything that makes two KV pages byte-compatible (model,
+  KV dtype, block size, KV heads, head size, layer count, tensor-parallel size, an optional
+  user namespace), so different models, dtypes or layouts never read each other's bytes;
+* the tensor-parallel rank, because each rank holds a different slice of the heads;
+* a hash chain over the token ids: chunk i's hash covers every token of chunks 0..i (and a
+  per-request seed for LoRA adapters and cache salts), so a key only matches the same prefix;
+* the layer name, because vLLM keeps one paged tensor per attention layer.
+
+Nothing here imports vLLM or memkv, so the unit tests run without either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+# Bumped whenever the key or value format changes, so old entries are never misread.
+FORMAT_VERSION = 1
+_HASH_BYTES = 16
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What must match for a stored KV page to be loadable as-is."""
+
+    model: str
+    kv_dtype: str
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    page_bytes: int
+    layer_names: tuple[str, ...]
+    tp_size: int
+    namespace: str = ""
+
+    def digest(self) -> str:
+        fields = asdict(self)
+        fields["format"] = FORMAT_VERSION
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.blake2b(canonical, digest_size=_HASH_BYTES).hexdigest()
+
+
+def chain_seed(extra: Sequence[str] = ()) -> bytes:
+    """The hash a request's chain starts from: LoRA adapter, cache salt, ... (empty for most)."""
+    h = hashlib.blake2b(b"memkv-vllm chain", digest_size=_HASH_BYTES)
+    for part in extra:
+        encoded = part.encode()
+        h.update(len(encoded).to_bytes(4, "little"))
+        h.update(encoded)
+    return h.digest()
+
+
+def chunk_hashes(
+    token_ids: Sequence[int], block_size: int, seed: bytes, prev: Sequence[str] = ()
+) -> list[str]:
+    """Hex hashes of every whole chunk of ``token_ids`` (a trailing partial chunk has none).
+
+    ``prev`` holds hashes already computed for chunks ``0..len(prev)``; only later chunks are
+    hashed, so a request that grows is hashed once.
+    """
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    out = list(prev)
+    n_chunks = len(token_ids) // block_size
+    if len(out) >= n_chunks:
+        return out[:n_chunks]
+    # Little-endian uint32 fixes the byte form on every host; vLLM's token ids fit.
+    tokens = np.asarray(token_ids[len(out) * block_size : n_chunks * block_size], dtype="<u4")
+    parent = bytes.fromhex(out[-1]) if out else seed
+    for i in range(n_chunks - len(out)):
+        h = hashlib.blake2b(parent, digest_size=_HASH_BYTES)
+        h.update(tokens[i * block_size : (i + 1) * block_size].tobytes())
+        parent = h.digest()
+        out.append(parent.hex())
+    return out
+
+
+def chunk_key(namespace: str, rank: int, chunk_hash: str, layer_name: str) -> str:
+    return f"vllm/{namespace}/tp{rank}/{chunk_hash}/{layer_name}"
+
+
+def chunk_keys(namespace: str, rank: int, chunk_hash: str, layer_names: Sequence[str]) -> list[str]:
+    """The keys of one chunk on one rank: one per layer, in layer order."""
+    return [chunk_key(namespace, rank, chunk_hash, layer) for layer in layer_names]
+
+
+def leading_hits(found: Sequence[bool], keys_per_chunk: int) -> int:
+    """How many chunks from the first have every one of their keys present."""
+    if keys_per_chunk <= 0:
+        raise ValueError(f"keys_per_chunk must be positive, got {keys_per_chunk}")
+    n = 0
+    for i in range(0, len(found) - keys_per_chunk + 1, keys_per_chunk):
+        if not all(found[i : i + keys_per_chunk]):
+            break
+        n += 1
+    return n

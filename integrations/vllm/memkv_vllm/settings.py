@@ -1,0 +1,79 @@
+"""The connector's settings, read from ``kv_connector_extra_config``.
+
+memkv's own client settings (``servers``, ``auth_key``, ``transport``, ``timeout_ms``,
+``config``) left out here are taken by the memkv client from ``MEMKV_SERVERS``,
+``MEMKV_AUTH_KEY``, ``MEMKV_TRANSPORT``, ``MEMKV_TIMEOUT_MS``, ``MEMKV_CONFIG`` and the local
+key file, exactly as every other memkv client does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Used when neither the extra config nor MEMKV_TIMEOUT_MS sets one: a KV load sits on the
+# request's critical path, so a stuck server must cost seconds at most, then recomputation.
+DEFAULT_TIMEOUT_MS = 5000
+DEFAULT_RETRY_AFTER_S = 10.0
+
+_CLIENT_KEYS = ("servers", "auth_key", "transport", "timeout_ms", "config")
+_OWN_KEYS = ("namespace", "model_id", "retry_after_s", "recompute_on_load_failure")
+
+
+@dataclass(frozen=True)
+class Settings:
+    client_kwargs: dict[str, Any] = field(default_factory=dict)
+    namespace: str = ""
+    model_id: str | None = None
+    retry_after_s: float = DEFAULT_RETRY_AFTER_S
+    recompute_on_load_failure: bool = True
+
+
+def parse(extra: Mapping[str, Any] | None, environ: Mapping[str, str]) -> Settings:
+    """Settings from the extra config; unknown keys are an error naming the accepted ones."""
+    extra = dict(extra or {})
+    unknown = sorted(set(extra) - set(_CLIENT_KEYS) - set(_OWN_KEYS))
+    if unknown:
+        raise ValueError(
+            f"memkv_vllm: unknown kv_connector_extra_config key(s) {unknown}; accepted: "
+            f"{sorted(_CLIENT_KEYS + _OWN_KEYS)}"
+        )
+    kwargs: dict[str, Any] = {}
+    servers = extra.get("servers")
+    if servers is not None:
+        if isinstance(servers, str):
+            servers = [s.strip() for s in servers.split(",") if s.strip()]
+        if not isinstance(servers, list) or not servers or not all(isinstance(s, str) for s in servers):
+            raise ValueError(
+                "memkv_vllm: kv_connector_extra_config 'servers' must be a non-empty list of "
+                f"'host:port' strings or one comma-separated string, got {extra['servers']!r}"
+            )
+        kwargs["servers"] = servers
+    for name in ("auth_key", "transport", "config"):
+        if extra.get(name) is not None:
+            kwargs[name] = str(extra[name])
+    timeout = extra.get("timeout_ms")
+    if timeout is None and not environ.get("MEMKV_TIMEOUT_MS"):
+        timeout = DEFAULT_TIMEOUT_MS
+    if timeout is not None:
+        try:
+            timeout = int(timeout)
+        except (TypeError, ValueError):
+            timeout = -1
+        if timeout <= 0:
+            raise ValueError(
+                "memkv_vllm: kv_connector_extra_config 'timeout_ms' must be a positive integer "
+                f"(milliseconds), got {extra.get('timeout_ms')!r}"
+            )
+        kwargs["timeout_ms"] = timeout
+    retry = float(extra.get("retry_after_s", DEFAULT_RETRY_AFTER_S))
+    if retry < 0:
+        raise ValueError(f"memkv_vllm: 'retry_after_s' must be >= 0, got {retry}")
+    return Settings(
+        client_kwargs=kwargs,
+        namespace=str(extra.get("namespace", "")),
+        model_id=extra.get("model_id"),
+        retry_after_s=retry,
+        recompute_on_load_failure=bool(extra.get("recompute_on_load_failure", True)),
+    )

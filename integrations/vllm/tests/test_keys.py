@@ -1,0 +1,83 @@
+import pytest
+
+from memkv_vllm import keys as K
+
+LAYERS = ("model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn")
+
+
+def layout(**kw):
+    base = dict(model="m@", kv_dtype="torch.bfloat16", block_size=128, num_kv_heads=4,
+                head_size=64, page_bytes=131072, layer_names=LAYERS, tp_size=1)
+    base.update(kw)
+    return K.Layout(**base)
+
+
+def test_namespace_is_stable_and_separates_layouts():
+    assert layout().digest() == layout().digest()
+    others = [layout(model="other@"), layout(kv_dtype="torch.float16"), layout(block_size=16),
+              layout(num_kv_heads=8), layout(head_size=128), layout(tp_size=2),
+              layout(layer_names=LAYERS[:1]), layout(namespace="tenant-a"), layout(page_bytes=1)]
+    digests = {o.digest() for o in others}
+    assert len(digests) == len(others) and layout().digest() not in digests
+
+
+def test_only_whole_chunks_are_hashed():
+    seed = K.chain_seed()
+    assert K.chunk_hashes(list(range(127)), 128, seed) == []
+    assert len(K.chunk_hashes(list(range(128)), 128, seed)) == 1
+    assert len(K.chunk_hashes(list(range(4000)), 128, seed)) == 31
+
+
+def test_chain_covers_the_whole_prefix():
+    seed = K.chain_seed()
+    a = list(range(512))
+    b = a[:]
+    b[5] = 9999  # differs in chunk 0 only
+    ha, hb = K.chunk_hashes(a, 128, seed), K.chunk_hashes(b, 128, seed)
+    assert all(x != y for x, y in zip(ha, hb))  # every later chunk differs too
+    c = a[:256] + [7] * 256  # shares two chunks
+    hc = K.chunk_hashes(c, 128, seed)
+    assert hc[:2] == ha[:2] and hc[2] != ha[2] and hc[3] != ha[3]
+
+
+def test_seed_separates_adapters_and_salts():
+    toks = list(range(256))
+    plain = K.chunk_hashes(toks, 128, K.chain_seed())
+    lora = K.chunk_hashes(toks, 128, K.chain_seed(["lora:x:/p"]))
+    salt = K.chunk_hashes(toks, 128, K.chain_seed(["salt:s"]))
+    assert len({plain[0], lora[0], salt[0]}) == 3
+    # Length-prefixed parts: ("ab", "c") is not ("a", "bc").
+    assert K.chain_seed(["ab", "c"]) != K.chain_seed(["a", "bc"])
+
+
+def test_incremental_hashing_matches_from_scratch():
+    seed = K.chain_seed()
+    toks = list(range(1000))
+    first = K.chunk_hashes(toks[:300], 128, seed)
+    assert K.chunk_hashes(toks, 128, seed, prev=first) == K.chunk_hashes(toks, 128, seed)
+
+
+def test_token_ids_are_hashed_as_32_bit_values():
+    seed = K.chain_seed()
+    assert K.chunk_hashes([1] * 128, 128, seed) != K.chunk_hashes([1 + 2**16] * 128, 128, seed)
+
+
+def test_keys_name_rank_chunk_and_layer():
+    keys = K.chunk_keys("ns", 3, "ab" * 16, LAYERS)
+    assert keys == [f"vllm/ns/tp3/{'ab' * 16}/{layer}" for layer in LAYERS]
+    assert K.chunk_key("ns", 0, "h", "l") != K.chunk_key("ns", 1, "h", "l")
+    assert all(len(k.encode()) < 512 for k in keys)  # memkv accepts keys up to 512 bytes always
+
+
+def test_leading_hits_needs_every_key_of_a_chunk():
+    assert K.leading_hits([True] * 6, 2) == 3
+    assert K.leading_hits([True, True, True, False, True, True], 2) == 1
+    assert K.leading_hits([False, True, True, True], 2) == 0
+    assert K.leading_hits([], 2) == 0
+    with pytest.raises(ValueError, match="keys_per_chunk"):
+        K.leading_hits([True], 0)
+
+
+def test_bad_block_size_is_refused():
+    with pytest.raises(ValueError, match="block_size"):
+        K.chunk_hashes([1, 2], 0, K.chain_seed())

@@ -1,0 +1,32 @@
+import pytest
+
+from memkv_vllm.settings import DEFAULT_TIMEOUT_MS, parse
+
+
+def test_extra_config_passes_client_settings():
+    s = parse({"servers": "a:1, b:2", "auth_key": "00" * 32, "transport": "tcp", "timeout_ms": 250,
+               "namespace": "t", "model_id": "llama"}, {})
+    assert s.client_kwargs == {"servers": ["a:1", "b:2"], "auth_key": "00" * 32,
+                               "transport": "tcp", "timeout_ms": 250}
+    assert (s.namespace, s.model_id) == ("t", "llama")
+
+
+def test_environment_is_left_to_the_memkv_client():
+    # Nothing given: memkv reads MEMKV_SERVERS etc. itself; only the timeout gets a default,
+    # and only when MEMKV_TIMEOUT_MS does not set one.
+    assert parse({}, {}).client_kwargs == {"timeout_ms": DEFAULT_TIMEOUT_MS}
+    assert parse(None, {"MEMKV_TIMEOUT_MS": "90"}).client_kwargs == {}
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"server": ["a:1"]}, "unknown kv_connector_extra_config key(s) ['server']"),
+    ({"servers": []}, "'servers' must be a non-empty list"),
+    ({"servers": [1]}, "'servers' must be a non-empty list"),
+    ({"timeout_ms": 0}, "'timeout_ms' must be a positive integer"),
+    ({"timeout_ms": "soon"}, "'timeout_ms' must be a positive integer"),
+    ({"retry_after_s": -1}, "'retry_after_s' must be >= 0"),
+])
+def test_bad_settings_are_named(extra, words):
+    with pytest.raises(ValueError) as e:
+        parse(extra, {})
+    assert words in str(e.value)
