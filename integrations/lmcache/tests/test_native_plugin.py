@@ -156,6 +156,17 @@ def test_store_lookup_load_roundtrip_with_a_miss(adapter, server):
     assert loaded[0] == datas[2]
 
 
+def test_eventfd_is_reset_after_completions_are_drained(adapter):
+    # LMCache's demux thread polls the connector's eventfd and only calls
+    # drain_completions(); if that left the counter set, the thread would spin a core.
+    assert store(adapter, [5], [b"y" * 1000]).is_successful()
+    assert lookup(adapter, [5]) == [True]
+    time.sleep(0.3)
+    poller = select.poll()
+    poller.register(adapter._client_fd, select.POLLIN)
+    assert poller.poll(0) == [], "eventfd still readable with nothing to drain"
+
+
 def test_delete_removes_from_memkv(adapter, server):
     assert store(adapter, [10, 11], [pattern("d10", 5000), pattern("d11", 6000)]).is_successful()
     used = adapter.get_usage().total_bytes_used

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import os
+
 import memkv
 
 from memkv_lmcache._params import client_kwargs
@@ -37,7 +39,22 @@ class MemkvConnector:
         self.submit_batch_set = self._native.submit_batch_set
         self.submit_batch_exists = self._native.submit_batch_exists
         self.submit_batch_delete = self._native.submit_batch_delete
-        self.drain_completions = self._native.drain_completions
+        self._drain = self._native.drain_completions
+        self._fd = self._native.event_fd()
+
+    def drain_completions(self) -> list:
+        """Completed batches, and the eventfd reset.
+
+        LMCache's consumers (NativeConnectorL2Adapter's demux thread, ConnectorClientBase's
+        add_reader) never read the eventfd themselves: they poll it and call this, so the
+        counter must be cleared here or it stays readable and they spin. Reading it before
+        taking the queue loses nothing: a batch finishing in between writes it again.
+        """
+        try:
+            os.eventfd_read(self._fd)
+        except BlockingIOError:
+            pass
+        return self._drain()
 
     def close(self) -> None:
         self._native.close()
