@@ -330,11 +330,65 @@ impl Client {
             .collect()
     }
 
+    /// Like [`Client::get_batch`], but each value is copied straight from the server's answer
+    /// into `bufs[i]` (one buffer per key, caller-owned; no `Vec` per value). Each result is the
+    /// value's length, `None` for a miss, or [`Error::BufferTooSmall`] naming both sizes.
+    pub async fn get_batch_into<K: AsRef<[u8]>, B: AsMut<[u8]>>(
+        &self,
+        keys: &[K],
+        bufs: &mut [B],
+    ) -> Vec<Result<Option<usize>>> {
+        assert_eq!(keys.len(), bufs.len(), "get_batch_into: one buffer per key");
+        if self.rdma().is_some() {
+            // The RDMA path lands values in registered staging first; copy from there.
+            let values = self.get_batch(keys).await;
+            return values
+                .into_iter()
+                .zip(bufs.iter_mut())
+                .map(|(r, buf)| r.and_then(|v| v.map(|v| copy_into(&v, buf.as_mut())).transpose()))
+                .collect();
+        }
+        let mut out: Vec<Option<Result<Option<usize>>>> = (0..keys.len()).map(|_| None).collect();
+        let chunks = self.plan_keys(keys, &mut out);
+        let answers = join_all(chunks.iter().map(|c| self.fetch_chunk(c, keys))).await;
+        let outcomes = chunks
+            .iter()
+            .zip(answers)
+            .map(|(chunk, answer)| {
+                let payload = answer?;
+                self.decode_chunk(chunk, &payload, |i, value| {
+                    copy_into(value, bufs[i].as_mut())
+                })
+            })
+            .collect();
+        scatter(&chunks, outcomes, &mut out);
+        for i in 0..keys.len() {
+            if let Some(Err(Error::Server {
+                status: Status::TooLarge,
+                ..
+            })) = &out[i]
+            {
+                let one = self.get(keys[i].as_ref()).await;
+                out[i] =
+                    Some(one.and_then(|v| v.map(|v| copy_into(&v, bufs[i].as_mut())).transpose()));
+            }
+        }
+        out.into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect()
+    }
+
     async fn get_chunk<K: AsRef<[u8]>>(
         &self,
         chunk: &Chunk,
         keys: &[K],
     ) -> Result<Vec<Result<Option<Vec<u8>>>>> {
+        let payload = self.fetch_chunk(chunk, keys).await?;
+        self.decode_chunk(chunk, &payload, |_, value| Ok(value.to_vec()))
+    }
+
+    /// Sends one BatchGet and returns its verified answer payload.
+    async fn fetch_chunk<K: AsRef<[u8]>>(&self, chunk: &Chunk, keys: &[K]) -> Result<Vec<u8>> {
         let payload = encode_chunk_keys(chunk, keys);
         let r = self
             .exchange(
@@ -347,29 +401,54 @@ impl Client {
                 Vec::new(),
             )
             .await?;
-        let server = self.server_name(chunk.server);
         if r.status != Status::Ok {
+            let server = self.server_name(chunk.server);
             return Err(Error::from_status(server, r.status, &r.payload));
         }
+        Ok(r.payload)
+    }
+
+    /// Decodes a BatchGet answer, checks each value's checksum and hands each found value to
+    /// `found` with the caller's index of its key.
+    fn decode_chunk<T>(
+        &self,
+        chunk: &Chunk,
+        payload: &[u8],
+        mut found: impl FnMut(usize, &[u8]) -> Result<T>,
+    ) -> Result<Vec<Result<Option<T>>>> {
+        let server = self.server_name(chunk.server);
         let protocol = |source| Error::Protocol {
             server: server.to_owned(),
             source,
         };
-        let items = batch::decode_get_response(&r.payload, &self.inner.limits).map_err(protocol)?;
+        let items = batch::decode_get_response(payload, &self.inner.limits).map_err(protocol)?;
         if items.len() != chunk.items.len() {
             return Err(protocol(count_mismatch(items.len(), chunk.items.len())));
         }
         Ok(items
             .into_iter()
-            .map(|item| match item.status {
+            .zip(&chunk.items)
+            .map(|(item, &index)| match item.status {
                 Status::Ok => crate::conn::checksum::verify(item.value, item.checksum)
-                    .map(|()| Some(item.value.to_vec()))
-                    .map_err(protocol),
+                    .map_err(protocol)
+                    .and_then(|()| found(index, item.value).map(Some)),
                 Status::NotFound => Ok(None),
                 s => Err(item_error(self, chunk.server, s)),
             })
             .collect())
     }
+}
+
+/// Copies `value` to the front of `buf`; its length, or why it does not fit.
+pub(crate) fn copy_into(value: &[u8], buf: &mut [u8]) -> Result<usize> {
+    let Some(dest) = buf.get_mut(..value.len()) else {
+        return Err(Error::BufferTooSmall {
+            len: value.len() as u64,
+            capacity: buf.len() as u64,
+        });
+    };
+    dest.copy_from_slice(value);
+    Ok(value.len())
 }
 
 fn encode_chunk_keys<K: AsRef<[u8]>>(chunk: &Chunk, keys: &[K]) -> Vec<u8> {

@@ -275,6 +275,16 @@ impl Client {
         }
     }
 
+    /// Reads the value under `key` into the front of `buf`; returns its length, `None` when
+    /// the key is absent, or [`Error::BufferTooSmall`] when it does not fit.
+    pub async fn get_into_slice(&self, key: &[u8], buf: &mut [u8]) -> Result<Option<usize>> {
+        let mut value = Vec::new();
+        if !self.get_into(key, &mut value).await? {
+            return Ok(None);
+        }
+        crate::batch::copy_into(&value, buf).map(Some)
+    }
+
     /// Removes `key`; returns whether it existed.
     pub async fn delete(&self, key: &[u8]) -> Result<bool> {
         self.key_status(key, "delete", Opcode::TcpDelete).await

@@ -76,6 +76,9 @@ pub enum Error {
         len: u64,
         limit: u64,
     },
+    /// A value does not fit the caller's buffer (the `get_*_into` operations).
+    #[error("a value of {len} bytes does not fit the buffer of {capacity} bytes")]
+    BufferTooSmall { len: u64, capacity: u64 },
 }
 
 impl Error {
@@ -93,6 +96,7 @@ impl Error {
             Error::Config(_)
             | Error::Io { .. }
             | Error::TooLarge { .. }
+            | Error::BufferTooSmall { .. }
             | Error::RdmaUnavailable { .. } => None,
         }
     }

@@ -29,7 +29,12 @@ pub fn outcome(result: &Result<(), &Error>) -> &'static str {
         Err(Error::Protocol { .. }) => "protocol_error",
         Err(Error::Disconnected { .. }) => "disconnected",
         Err(Error::Rdma { .. } | Error::RdmaUnavailable { .. }) => "rdma_error",
-        Err(Error::Config(_) | Error::Io { .. } | Error::TooLarge { .. }) => "local_error",
+        Err(
+            Error::Config(_)
+            | Error::Io { .. }
+            | Error::TooLarge { .. }
+            | Error::BufferTooSmall { .. },
+        ) => "local_error",
     }
 }
 

@@ -1,0 +1,208 @@
+//! `memkv.AsyncClient`: `Client`'s operations as asyncio coroutines, run on the package's
+//! tokio runtime (the event loop never blocks on memkv I/O).
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+use pyo3_async_runtimes::tokio::future_into_py;
+
+use crate::buffer::ByteBuffer;
+use crate::client::{Shared, check_counts, items, writable_all};
+use crate::config::Args;
+use crate::errors::{collect, to_py};
+use crate::keys;
+
+/// `bytes` made once the interpreter is attached again.
+fn to_bytes(value: Option<Vec<u8>>) -> Option<Py<PyBytes>> {
+    value.map(|v| Python::attach(|py| PyBytes::new(py, &v).unbind()))
+}
+
+/// An asyncio memkv client.
+#[pyclass(module = "memkv._memkv", frozen)]
+pub struct AsyncClient {
+    shared: Arc<Shared>,
+}
+
+#[pymethods]
+impl AsyncClient {
+    #[new]
+    #[pyo3(signature = (servers=None, auth_key=None, transport=None, timeout_ms=None, config=None))]
+    fn new(
+        py: Python<'_>,
+        servers: Option<&Bound<'_, PyAny>>,
+        auth_key: Option<&Bound<'_, PyAny>>,
+        transport: Option<String>,
+        timeout_ms: Option<u64>,
+        config: Option<std::path::PathBuf>,
+    ) -> PyResult<AsyncClient> {
+        crate::runtime::install_for_asyncio();
+        let args = Args::from_py(servers, auth_key, transport, timeout_ms, config)?;
+        Ok(AsyncClient {
+            shared: Arc::new(Shared::connect(py, args)?),
+        })
+    }
+
+    fn put<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.shared.get()?;
+        let key = keys::key(key)?;
+        let value = ByteBuffer::readable(value, "value")?;
+        future_into_py(py, async move {
+            c.put(&key, value.as_slice()).await.map_err(to_py)
+        })
+    }
+
+    fn get<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.shared.get()?;
+        let key = keys::key(key)?;
+        future_into_py(py, async move {
+            Ok(to_bytes(c.get(&key).await.map_err(to_py)?))
+        })
+    }
+
+    fn get_into<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        buffer: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.shared.get()?;
+        let key = keys::key(key)?;
+        let mut buf = ByteBuffer::writable(buffer, "buffer")?;
+        future_into_py(py, async move {
+            c.get_into_slice(&key, buf.as_mut_slice())
+                .await
+                .map_err(to_py)
+        })
+    }
+
+    fn delete<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.shared.get()?;
+        let key = keys::key(key)?;
+        future_into_py(py, async move { c.delete(&key).await.map_err(to_py) })
+    }
+
+    fn exists<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.shared.get()?;
+        let key = keys::key(key)?;
+        future_into_py(py, async move { c.exists(&key).await.map_err(to_py) })
+    }
+
+    fn put_many<'py>(
+        &self,
+        py: Python<'py>,
+        items: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.shared.get()?;
+        let (keys, values) = self::items(items)?;
+        future_into_py(py, async move {
+            let pairs: Vec<(&[u8], &[u8])> = keys
+                .iter()
+                .map(Vec::as_slice)
+                .zip(values.iter().map(ByteBuffer::as_slice))
+                .collect();
+            let results = c.put_batch(&pairs).await;
+            collect("put_many", &keys, results).map(drop)
+        })
+    }
+
+    fn get_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.shared.get()?;
+        let keys = keys::keys(keys)?;
+        future_into_py(py, async move {
+            let results = c.get_batch(&keys).await;
+            let values = collect("get_many", &keys, results)?;
+            Ok(values.into_iter().map(to_bytes).collect::<Vec<_>>())
+        })
+    }
+
+    fn get_many_into<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+        buffers: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.shared.get()?;
+        let keys = keys::keys(keys)?;
+        let mut bufs = writable_all(buffers, "buffers")?;
+        check_counts(keys.len(), bufs.len())?;
+        future_into_py(py, async move {
+            let results = c.get_batch_into(&keys, &mut bufs).await;
+            collect("get_many_into", &keys, results)
+        })
+    }
+
+    fn exists_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.shared.get()?;
+        let keys = keys::keys(keys)?;
+        future_into_py(py, async move {
+            let results = c.exists_batch(&keys).await;
+            collect("exists_many", &keys, results)
+        })
+    }
+
+    fn delete_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.shared.get()?;
+        let keys = keys::keys(keys)?;
+        future_into_py(py, async move {
+            let results = c.delete_batch(&keys).await;
+            collect("delete_many", &keys, results)
+        })
+    }
+
+    fn register(&self, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.shared
+            .register(ByteBuffer::writable(buffer, "buffer")?)
+    }
+
+    #[getter]
+    fn transport(&self) -> PyResult<String> {
+        self.shared.transport()
+    }
+
+    #[getter]
+    fn servers(&self) -> PyResult<Vec<String>> {
+        Ok(self
+            .shared
+            .get()?
+            .servers()
+            .into_iter()
+            .map(str::to_owned)
+            .collect())
+    }
+
+    fn close(&self) {
+        self.shared.close();
+    }
+
+    fn __aenter__<'py>(slf: Py<Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        future_into_py(py, async move { Ok(slf) })
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exc: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.shared.close();
+        future_into_py(py, async move { Ok(false) })
+    }
+}

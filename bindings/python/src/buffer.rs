@@ -1,0 +1,122 @@
+//! Python buffers borrowed in place: a value is read from, or written into, the memory of the
+//! caller's object (bytes, bytearray, memoryview, numpy array, ...) with no copy into Python
+//! `bytes`. This module holds the package's only `unsafe` code.
+
+use std::ptr::NonNull;
+
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+
+/// One exported buffer (`PyObject_GetBuffer`), released when dropped. While it lives, the
+/// exporting object is kept alive and its memory stays where it is (a bytearray cannot be
+/// resized while exported), so the bytes can be used with the GIL released.
+pub struct ByteBuffer {
+    // Boxed: the exporter may keep pointers into the `Py_buffer` it filled in.
+    view: Box<ffi::Py_buffer>,
+    writable: bool,
+}
+
+// SAFETY: a `Py_buffer` is plain data describing memory that stays valid until released;
+// releasing it takes the GIL (see `Drop`), so moving or sharing it across threads is sound.
+unsafe impl Send for ByteBuffer {}
+// SAFETY: as above; shared access only reads the descriptor.
+unsafe impl Sync for ByteBuffer {}
+
+impl ByteBuffer {
+    /// A read-only view of `obj`'s bytes. `what` names the argument in errors.
+    pub fn readable(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ByteBuffer> {
+        ByteBuffer::export(obj, false, what)
+    }
+
+    /// A writable view of `obj`'s bytes.
+    pub fn writable(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ByteBuffer> {
+        ByteBuffer::export(obj, true, what)
+    }
+
+    fn export(obj: &Bound<'_, PyAny>, writable: bool, what: &str) -> PyResult<ByteBuffer> {
+        // PyBUF_SIMPLE: one contiguous run of unsigned bytes, whatever the item type (a numpy
+        // float array or a tensor's memory is moved as its bytes); exporters refuse it for
+        // non-contiguous memory.
+        let flags = if writable {
+            ffi::PyBUF_SIMPLE | ffi::PyBUF_WRITABLE
+        } else {
+            ffi::PyBUF_SIMPLE
+        };
+        // SAFETY: an all-zero Py_buffer is a valid "not yet filled" value (pointers null,
+        // lengths 0); PyObject_GetBuffer fills it in or fails leaving nothing to release.
+        let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: `obj` is a live object (we hold a reference and the GIL); `view` points to
+        // writable, stable memory of the right type.
+        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) };
+        if rc != 0 {
+            let cause = PyErr::take(obj.py())
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "the object refused to export a buffer".into());
+            let need = if writable {
+                "a writable, C-contiguous buffer (bytearray, memoryview, numpy array, ...)"
+            } else {
+                "a C-contiguous buffer (bytes, bytearray, memoryview, numpy array, ...)"
+            };
+            return Err(PyBufferError::new_err(format!(
+                "{what}: expected {need}, got {}: {cause}",
+                obj.get_type().name()?
+            )));
+        }
+        Ok(ByteBuffer { view, writable })
+    }
+
+    pub fn len(&self) -> usize {
+        usize::try_from(self.view.len).unwrap_or(0)
+    }
+
+    fn data(&self) -> Option<NonNull<u8>> {
+        NonNull::new(self.view.buf.cast::<u8>()).filter(|_| self.len() > 0)
+    }
+
+    /// The bytes. Python code that writes into the same object while an operation is in
+    /// flight races with it, exactly as with `socket.sendall` on a released GIL.
+    pub fn as_slice(&self) -> &[u8] {
+        match self.data() {
+            // SAFETY: the exporter guarantees `len` contiguous bytes at `buf` until
+            // PyBuffer_Release, which only `Drop` calls; `self` borrows the view for as long
+            // as the slice lives.
+            Some(ptr) => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), self.len()) },
+            None => &[],
+        }
+    }
+
+    /// The bytes, for writing. Only for buffers exported writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        assert!(self.writable, "as_mut_slice on a read-only buffer");
+        match self.data() {
+            // SAFETY: as in `as_slice`, and the exporter granted PyBUF_WRITABLE; `&mut self`
+            // makes this the only Rust reference to the bytes while it lives.
+            Some(ptr) => unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), self.len()) },
+            None => &mut [],
+        }
+    }
+}
+
+impl AsRef<[u8]> for ByteBuffer {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl AsMut<[u8]> for ByteBuffer {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+
+impl Drop for ByteBuffer {
+    fn drop(&mut self) {
+        // Releasing a buffer runs the exporter's code: it needs the interpreter.
+        Python::attach(|_| {
+            // SAFETY: `view` was filled by a successful PyObject_GetBuffer and is released
+            // exactly once, here.
+            unsafe { ffi::PyBuffer_Release(&mut *self.view) }
+        });
+    }
+}

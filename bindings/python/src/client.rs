@@ -1,0 +1,289 @@
+//! `memkv.Client`: the blocking client. Every call releases the GIL while it waits, so one
+//! client serves many Python threads at once.
+
+use std::sync::Mutex;
+
+use memkv_client::Client as RustClient;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+use crate::buffer::ByteBuffer;
+use crate::config::Args;
+use crate::errors::{collect, to_py};
+use crate::keys;
+use crate::runtime::block_on;
+
+/// The Rust client behind a Python object, until `close()`.
+pub struct Shared {
+    client: Mutex<Option<RustClient>>,
+    /// Buffers handed to `register`, kept alive (and exported) as long as the client.
+    registered: Mutex<Vec<ByteBuffer>>,
+}
+
+impl Shared {
+    pub fn connect(py: Python<'_>, args: Args) -> PyResult<Shared> {
+        let config = args.resolve()?;
+        let client = block_on(py, RustClient::connect(config)).map_err(to_py)?;
+        Ok(Shared {
+            client: Mutex::new(Some(client)),
+            registered: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A handle to the client (cheap: clones share connections), or why there is none.
+    pub fn get(&self) -> PyResult<RustClient> {
+        self.client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| crate::errors::Error::new_err("the client is closed"))
+    }
+
+    pub fn close(&self) {
+        let client = self.client.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(client);
+        self.registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    pub fn transport(&self) -> PyResult<String> {
+        let c = self.get()?;
+        Ok(match (c.transport(), c.rdma_fallback_reason()) {
+            ("rdma", _) => format!("rdma over {}", c.rdma_rails().join(",")),
+            (other, Some(why)) => format!("{other} ({why})"),
+            (other, None) => other.to_owned(),
+        })
+    }
+
+    pub fn register(&self, buffer: ByteBuffer) -> PyResult<()> {
+        // TCP moves bytes from and into any buffer; keeping the export is all there is to do.
+        self.get()?;
+        self.registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(buffer);
+        Ok(())
+    }
+}
+
+/// Exports one readable buffer per value.
+pub fn readable_all(values: &[Bound<'_, PyAny>], what: &str) -> PyResult<Vec<ByteBuffer>> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| ByteBuffer::readable(v, &format!("{what}[{i}]")))
+        .collect()
+}
+
+/// Exports one writable buffer per value.
+pub fn writable_all(buffers: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<ByteBuffer>> {
+    buffers
+        .try_iter()?
+        .enumerate()
+        .map(|(i, b)| ByteBuffer::writable(&b?, &format!("{what}[{i}]")))
+        .collect()
+}
+
+/// `(key, value)` pairs from any iterable.
+pub fn items(items: &Bound<'_, PyAny>) -> PyResult<(Vec<Vec<u8>>, Vec<ByteBuffer>)> {
+    let mut keys = Vec::new();
+    let mut values = Vec::new();
+    for (i, item) in items.try_iter()?.enumerate() {
+        let item = item?;
+        let pair = item
+            .cast::<PyTuple>()
+            .ok()
+            .filter(|t| t.len() == 2)
+            .ok_or_else(|| {
+                pyo3::exceptions::PyTypeError::new_err(format!(
+                    "items[{i}]: expected a (key, value) pair"
+                ))
+            })?;
+        keys.push(keys::key(&pair.get_item(0)?)?);
+        values.push(ByteBuffer::readable(
+            &pair.get_item(1)?,
+            &format!("items[{i}] value"),
+        )?);
+    }
+    Ok((keys, values))
+}
+
+pub fn check_counts(keys: usize, buffers: usize) -> PyResult<()> {
+    if keys != buffers {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{keys} keys but {buffers} buffers: give one buffer per key"
+        )));
+    }
+    Ok(())
+}
+
+/// A blocking memkv client.
+#[pyclass(module = "memkv._memkv", frozen)]
+pub struct Client {
+    shared: Shared,
+}
+
+#[pymethods]
+impl Client {
+    #[new]
+    #[pyo3(signature = (servers=None, auth_key=None, transport=None, timeout_ms=None, config=None))]
+    fn new(
+        py: Python<'_>,
+        servers: Option<&Bound<'_, PyAny>>,
+        auth_key: Option<&Bound<'_, PyAny>>,
+        transport: Option<String>,
+        timeout_ms: Option<u64>,
+        config: Option<std::path::PathBuf>,
+    ) -> PyResult<Client> {
+        let args = Args::from_py(servers, auth_key, transport, timeout_ms, config)?;
+        Ok(Client {
+            shared: Shared::connect(py, args)?,
+        })
+    }
+
+    fn put(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let c = self.shared.get()?;
+        let key = keys::key(key)?;
+        let value = ByteBuffer::readable(value, "value")?;
+        block_on(py, c.put(&key, value.as_slice())).map_err(to_py)
+    }
+
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let c = self.shared.get()?;
+        let key = keys::key(key)?;
+        let value = block_on(py, c.get(&key)).map_err(to_py)?;
+        Ok(value.map(|v| PyBytes::new(py, &v)))
+    }
+
+    fn get_into(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        buffer: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<usize>> {
+        let c = self.shared.get()?;
+        let key = keys::key(key)?;
+        let mut buf = ByteBuffer::writable(buffer, "buffer")?;
+        block_on(py, c.get_into_slice(&key, buf.as_mut_slice())).map_err(to_py)
+    }
+
+    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let c = self.shared.get()?;
+        let key = keys::key(key)?;
+        block_on(py, c.delete(&key)).map_err(to_py)
+    }
+
+    fn exists(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let c = self.shared.get()?;
+        let key = keys::key(key)?;
+        block_on(py, c.exists(&key)).map_err(to_py)
+    }
+
+    fn put_many(&self, py: Python<'_>, items: &Bound<'_, PyAny>) -> PyResult<()> {
+        let c = self.shared.get()?;
+        let (keys, values) = self::items(items)?;
+        let pairs: Vec<(&[u8], &[u8])> = keys
+            .iter()
+            .map(Vec::as_slice)
+            .zip(values.iter().map(ByteBuffer::as_slice))
+            .collect();
+        let results = block_on(py, c.put_batch(&pairs));
+        collect("put_many", &keys, results).map(drop)
+    }
+
+    fn get_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
+        let c = self.shared.get()?;
+        let keys = keys::keys(keys)?;
+        let results = block_on(py, c.get_batch(&keys));
+        let values = collect("get_many", &keys, results)?;
+        Ok(values
+            .into_iter()
+            .map(|v| v.map(|v| PyBytes::new(py, &v)))
+            .collect())
+    }
+
+    fn get_many_into(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<Option<usize>>> {
+        let c = self.shared.get()?;
+        let keys = keys::keys(keys)?;
+        let mut bufs = writable_all(buffers, "buffers")?;
+        check_counts(keys.len(), bufs.len())?;
+        let results = block_on(py, c.get_batch_into(&keys, &mut bufs));
+        collect("get_many_into", &keys, results)
+    }
+
+    fn exists_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
+        let c = self.shared.get()?;
+        let keys = keys::keys(keys)?;
+        let results = block_on(py, c.exists_batch(&keys));
+        collect("exists_many", &keys, results)
+    }
+
+    fn delete_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
+        let c = self.shared.get()?;
+        let keys = keys::keys(keys)?;
+        let results = block_on(py, c.delete_batch(&keys));
+        collect("delete_many", &keys, results)
+    }
+
+    fn register(&self, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.shared
+            .register(ByteBuffer::writable(buffer, "buffer")?)
+    }
+
+    #[getter]
+    fn transport(&self) -> PyResult<String> {
+        self.shared.transport()
+    }
+
+    #[getter]
+    fn servers(&self) -> PyResult<Vec<String>> {
+        Ok(self
+            .shared
+            .get()?
+            .servers()
+            .into_iter()
+            .map(str::to_owned)
+            .collect())
+    }
+
+    fn close(&self) {
+        self.shared.close();
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) -> bool {
+        self.shared.close();
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        match self.shared.get() {
+            Ok(c) => format!("memkv.Client(servers={:?})", c.servers()),
+            Err(_) => "memkv.Client(closed)".into(),
+        }
+    }
+}

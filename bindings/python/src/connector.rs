@@ -1,0 +1,285 @@
+//! `memkv.MemkvConnector`: the submit / complete contract of LMCache's native connectors
+//! (`native_plugin` L2 adapters, `ConnectorClientBase`). Submits return a future id at once;
+//! each batch runs on the package's runtime holding its buffers; when it is done the buffers
+//! are released, its completion is queued and the one eventfd is written.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use memkv_client::{Client as RustClient, Error as ClientError, Result as ClientResult};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use rustix::event::{EventfdFlags, eventfd};
+use tokio::task::JoinHandle;
+
+use crate::buffer::ByteBuffer;
+use crate::client::{Shared, check_counts, readable_all, writable_all};
+use crate::config::Args;
+use crate::errors::describe;
+use crate::keys;
+use crate::runtime::{block_on, runtime};
+
+/// `(future id, ok, error message, per-key results)`, as `drain_completions` returns them.
+type Completion = (u64, bool, String, Option<Vec<bool>>);
+
+/// What a finished batch reports.
+struct Outcome {
+    ok: bool,
+    error: String,
+    per_key: Option<Vec<bool>>,
+}
+
+impl Outcome {
+    /// From per-item results: `hit` says whether a successful item counts as a hit; `ok`
+    /// needs every item to succeed and, when `all_must_hit`, to hit.
+    fn of<T>(
+        op: &str,
+        keys: &[Vec<u8>],
+        results: Vec<ClientResult<T>>,
+        hit: impl Fn(&T) -> bool,
+        all_must_hit: bool,
+        report_per_key: bool,
+    ) -> Outcome {
+        let total = results.len();
+        let mut per_key = Vec::with_capacity(total);
+        let mut failed: Vec<(Vec<u8>, ClientError)> = Vec::new();
+        let mut misses = Vec::new();
+        for (key, r) in keys.iter().zip(results) {
+            match r {
+                Ok(v) => {
+                    let h = hit(&v);
+                    if !h {
+                        misses.push(keys::shown(key));
+                    }
+                    per_key.push(h);
+                }
+                Err(e) => {
+                    per_key.push(false);
+                    failed.push((key.clone(), e));
+                }
+            }
+        }
+        let mut error = String::new();
+        if !failed.is_empty() {
+            error = describe(op, total, &failed);
+        }
+        if all_must_hit && !misses.is_empty() {
+            if !error.is_empty() {
+                error.push_str("; ");
+            }
+            error.push_str(&format!(
+                "{op}: {} of {total} keys not found: {}",
+                misses.len(),
+                misses.join(", ")
+            ));
+        }
+        Outcome {
+            ok: error.is_empty(),
+            error,
+            per_key: report_per_key.then_some(per_key),
+        }
+    }
+}
+
+/// The completion queue and its eventfd, shared with running batches.
+struct Completions {
+    fd: OwnedFd,
+    queue: Mutex<Vec<Completion>>,
+}
+
+impl Completions {
+    fn push(&self, id: u64, outcome: Outcome) {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).push((
+            id,
+            outcome.ok,
+            outcome.error,
+            outcome.per_key,
+        ));
+        // Adds 1 to the counter; fails only if it would overflow, when readers are woken anyway.
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+    }
+}
+
+/// LMCache's native connector contract over a memkv client.
+#[pyclass(module = "memkv._memkv", frozen)]
+pub struct MemkvConnector {
+    shared: Shared,
+    completions: Arc<Completions>,
+    next_id: AtomicU64,
+    running: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl MemkvConnector {
+    /// Runs `work` (which owns the batch's buffers) and completes future `id` with its outcome,
+    /// releasing the buffers first: a completion tells the caller its memory is free again.
+    fn spawn<B, F>(&self, work: F) -> u64
+    where
+        B: Send + 'static,
+        F: Future<Output = (Outcome, B)> + Send + 'static,
+    {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let completions = Arc::clone(&self.completions);
+        let handle = runtime().spawn(async move {
+            let (outcome, buffers) = work.await;
+            // Releasing Python buffers takes the GIL: not on an I/O thread.
+            let release = tokio::task::spawn_blocking(move || {
+                drop(buffers);
+                completions.push(id, outcome);
+            });
+            let _ = release.await;
+        });
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.retain(|h| !h.is_finished());
+        running.push(handle);
+        id
+    }
+
+    fn client(&self) -> PyResult<RustClient> {
+        self.shared.get()
+    }
+}
+
+#[pymethods]
+impl MemkvConnector {
+    #[new]
+    #[pyo3(signature = (servers=None, auth_key=None, transport=None, timeout_ms=None, config=None))]
+    fn new(
+        py: Python<'_>,
+        servers: Option<&Bound<'_, PyAny>>,
+        auth_key: Option<&Bound<'_, PyAny>>,
+        transport: Option<String>,
+        timeout_ms: Option<u64>,
+        config: Option<std::path::PathBuf>,
+    ) -> PyResult<MemkvConnector> {
+        let args = Args::from_py(servers, auth_key, transport, timeout_ms, config)?;
+        let fd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| {
+            crate::errors::Error::new_err(format!("cannot create the completion eventfd: {e}"))
+        })?;
+        Ok(MemkvConnector {
+            shared: Shared::connect(py, args)?,
+            completions: Arc::new(Completions {
+                fd,
+                queue: Mutex::new(Vec::new()),
+            }),
+            next_id: AtomicU64::new(1),
+            running: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The eventfd written once per completed batch (read it, then `drain_completions`).
+    fn event_fd(&self) -> i32 {
+        self.completions.fd.as_raw_fd()
+    }
+
+    /// Reads each key's value into its buffer. `ok` only when every key was found and fit;
+    /// the per-key list says which were.
+    fn submit_batch_get(
+        &self,
+        keys: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        let c = self.client()?;
+        let keys = keys::keys(keys)?;
+        let mut bufs = writable_all(buffers, "buffers")?;
+        check_counts(keys.len(), bufs.len())?;
+        Ok(self.spawn(async move {
+            let results = c.get_batch_into(&keys, &mut bufs).await;
+            let outcome = Outcome::of("get", &keys, results, Option::is_some, true, true);
+            (outcome, bufs)
+        }))
+    }
+
+    /// Stores each buffer under its key.
+    fn submit_batch_set(
+        &self,
+        keys: &Bound<'_, PyAny>,
+        buffers: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        let c = self.client()?;
+        let keys = keys::keys(keys)?;
+        let values: Vec<Bound<'_, PyAny>> = buffers.try_iter()?.collect::<PyResult<_>>()?;
+        let values = readable_all(&values, "buffers")?;
+        check_counts(keys.len(), values.len())?;
+        Ok(self.spawn(async move {
+            let results = {
+                let pairs: Vec<(&[u8], &[u8])> = keys
+                    .iter()
+                    .map(Vec::as_slice)
+                    .zip(values.iter().map(ByteBuffer::as_slice))
+                    .collect();
+                c.put_batch(&pairs).await
+            };
+            let outcome = Outcome::of("set", &keys, results, |_| true, false, false);
+            (outcome, values)
+        }))
+    }
+
+    /// Whether each key exists (the per-key list).
+    fn submit_batch_exists(&self, keys: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let c = self.client()?;
+        let keys = keys::keys(keys)?;
+        Ok(self.spawn(async move {
+            let results = c.exists_batch(&keys).await;
+            (
+                Outcome::of("exists", &keys, results, |h| *h, false, true),
+                (),
+            )
+        }))
+    }
+
+    /// Removes each key (the per-key list says which existed).
+    fn submit_batch_delete(&self, keys: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let c = self.client()?;
+        let keys = keys::keys(keys)?;
+        Ok(self.spawn(async move {
+            let results = c.delete_batch(&keys).await;
+            (
+                Outcome::of("delete", &keys, results, |h| *h, false, true),
+                (),
+            )
+        }))
+    }
+
+    /// The batches completed since the last call, oldest first.
+    fn drain_completions(&self) -> Vec<Completion> {
+        std::mem::take(
+            &mut *self
+                .completions
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
+    }
+
+    fn register(&self, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.shared
+            .register(ByteBuffer::writable(buffer, "buffer")?)
+    }
+
+    #[getter]
+    fn transport(&self) -> PyResult<String> {
+        self.shared.transport()
+    }
+
+    /// Waits for the batches in flight (each ends within the client's deadline), then closes.
+    fn close(&self, py: Python<'_>) {
+        let running = std::mem::take(&mut *self.running.lock().unwrap_or_else(|p| p.into_inner()));
+        block_on(py, async move {
+            for handle in running {
+                let _ = handle.await;
+            }
+        });
+        self.shared.close();
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+}

@@ -1,0 +1,139 @@
+//! The exception hierarchy: `memkv.Error` and one subclass per kind of failure a caller acts
+//! on differently. Messages are the client's own (they name the server and the limit).
+
+use memkv_client::Error as ClientError;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+pyo3::create_exception!(memkv, Error, PyException, "Any memkv failure.");
+pyo3::create_exception!(
+    memkv,
+    TimeoutError,
+    Error,
+    "An operation missed its deadline."
+);
+pyo3::create_exception!(
+    memkv,
+    AuthenticationError,
+    Error,
+    "A server refused our key, or could not prove it holds it."
+);
+pyo3::create_exception!(
+    memkv,
+    TooLargeError,
+    Error,
+    "A key, value or batch exceeds a limit, or a value does not fit the caller's buffer."
+);
+pyo3::create_exception!(
+    memkv,
+    ServerUnavailableError,
+    Error,
+    "A server could not be reached, or the connection to it was lost."
+);
+pyo3::create_exception!(
+    memkv,
+    RdmaUnavailableError,
+    Error,
+    "RDMA was required (transport 'rdma') but no rail could be used, or a transfer failed."
+);
+pyo3::create_exception!(memkv, ConfigError, Error, "Bad client configuration.");
+
+/// The exception class for one client error.
+fn class(err: &ClientError) -> fn(String) -> PyErr {
+    match err {
+        ClientError::Timeout { .. } => TimeoutError::new_err,
+        ClientError::Unauthorized { .. } => AuthenticationError::new_err,
+        ClientError::TooLarge { .. } | ClientError::BufferTooSmall { .. } => TooLargeError::new_err,
+        ClientError::Server { status, .. } if *status == memkv_client::Status::TooLarge => {
+            TooLargeError::new_err
+        }
+        ClientError::Unreachable { .. } | ClientError::Disconnected { .. } => {
+            ServerUnavailableError::new_err
+        }
+        ClientError::RdmaUnavailable { .. } | ClientError::Rdma { .. } => {
+            RdmaUnavailableError::new_err
+        }
+        ClientError::Config(_) => ConfigError::new_err,
+        _ => Error::new_err,
+    }
+}
+
+pub fn to_py(err: ClientError) -> PyErr {
+    class(&err)(err.to_string())
+}
+
+/// One exception for a batch in which some items failed: it names every failed key with its
+/// reason, and carries the keys as `.keys` (in the caller's order).
+pub fn batch_error(op: &str, total: usize, failed: Vec<(Vec<u8>, ClientError)>) -> PyErr {
+    let same_class = failed
+        .windows(2)
+        .all(|w| class(&w[0].1) as usize == class(&w[1].1) as usize);
+    let make = if same_class {
+        class(&failed[0].1)
+    } else {
+        Error::new_err
+    };
+    let err = make(describe(op, total, &failed));
+    Python::attach(|py| {
+        let keys: Vec<&[u8]> = failed.iter().map(|(k, _)| k.as_slice()).collect();
+        if let Ok(list) = PyList::new(py, keys) {
+            // Best effort: the message already names the keys.
+            let _ = err.value(py).setattr("keys", list);
+        }
+    });
+    err
+}
+
+/// "op: 2 of 5 keys failed: "a": why; "b": why".
+pub fn describe(op: &str, total: usize, failed: &[(Vec<u8>, ClientError)]) -> String {
+    let reasons: Vec<String> = failed
+        .iter()
+        .map(|(key, e)| format!("{}: {e}", crate::keys::shown(key)))
+        .collect();
+    format!(
+        "{op}: {} of {total} keys failed: {}",
+        failed.len(),
+        reasons.join("; ")
+    )
+}
+
+/// Splits batch results into values and failures; fails as a whole when any item failed.
+pub fn collect<T>(
+    op: &str,
+    keys: &[Vec<u8>],
+    results: Vec<memkv_client::Result<T>>,
+) -> PyResult<Vec<T>> {
+    let total = results.len();
+    let mut values = Vec::with_capacity(total);
+    let mut failed = Vec::new();
+    for (key, r) in keys.iter().zip(results) {
+        match r {
+            Ok(v) => values.push(v),
+            Err(e) => failed.push((key.clone(), e)),
+        }
+    }
+    if failed.is_empty() {
+        Ok(values)
+    } else {
+        Err(batch_error(op, total, failed))
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("TimeoutError", py.get_type::<TimeoutError>())?;
+    m.add("AuthenticationError", py.get_type::<AuthenticationError>())?;
+    m.add("TooLargeError", py.get_type::<TooLargeError>())?;
+    m.add(
+        "ServerUnavailableError",
+        py.get_type::<ServerUnavailableError>(),
+    )?;
+    m.add(
+        "RdmaUnavailableError",
+        py.get_type::<RdmaUnavailableError>(),
+    )?;
+    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    Ok(())
+}

@@ -1,0 +1,30 @@
+//! Keys from Python: `str` (UTF-8) or `bytes`.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+
+pub fn key(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(s.to_str()?.as_bytes().to_vec());
+    }
+    Err(PyTypeError::new_err(format!(
+        "a key must be str or bytes, not {}",
+        obj.get_type().name()?
+    )))
+}
+
+pub fn keys(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u8>>> {
+    obj.try_iter()?.map(|k| key(&k?)).collect()
+}
+
+/// A key as an error message shows it: text when it is UTF-8, else escaped bytes.
+pub fn shown(key: &[u8]) -> String {
+    match std::str::from_utf8(key) {
+        Ok(text) => format!("{text:?}"),
+        Err(_) => format!("b\"{}\"", key.escape_ascii()),
+    }
+}

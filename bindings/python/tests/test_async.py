@@ -1,0 +1,50 @@
+"""memkv.AsyncClient: the same operations as coroutines."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+import memkv
+from memkv.testing import MemkvServer
+
+
+def make(server: MemkvServer) -> memkv.AsyncClient:
+    return memkv.AsyncClient(servers=[server.address], auth_key=server.auth_key, timeout_ms=5000)
+
+
+async def test_single_key_operations(server: MemkvServer) -> None:
+    async with make(server) as c:
+        await c.put("a/1", b"one")
+        assert await c.get("a/1") == b"one"
+        assert await c.exists("a/1")
+        buf = bytearray(8)
+        assert await c.get_into("a/1", buf) == 3 and buf[:3] == b"one"
+        assert await c.delete("a/1")
+        assert await c.get("a/1") is None
+        assert await c.get_into("a/1", buf) is None
+
+
+async def test_batches_run_concurrently(server: MemkvServer) -> None:
+    c = make(server)
+    arrays = [np.full(65536, i, dtype=np.uint8) for i in range(16)]
+    await asyncio.gather(*(c.put(f"a/c/{i}", a) for i, a in enumerate(arrays)))
+    keys = [f"a/c/{i}" for i in range(16)]
+    assert await c.exists_many(keys + ["a/c/none"]) == [True] * 16 + [False]
+    outs = [np.empty(65536, dtype=np.uint8) for _ in keys]
+    assert await c.get_many_into(keys, outs) == [65536] * 16
+    assert all(np.array_equal(a, o) for a, o in zip(arrays, outs))
+    assert (await c.get_many(keys[:2])) == [arrays[0].tobytes(), arrays[1].tobytes()]
+    await c.put_many([("a/p/1", b"x"), ("a/p/2", b"y")])
+    assert await c.delete_many(["a/p/1", "a/p/2", "a/p/3"]) == [True, True, False]
+    c.close()
+
+
+async def test_errors_are_raised_in_the_coroutine(server: MemkvServer) -> None:
+    c = make(server)
+    await c.put("a/ten", b"0123456789")
+    with pytest.raises(memkv.TooLargeError, match="buffer of 2 bytes"):
+        await c.get_into("a/ten", bytearray(2))
+    bad = memkv.AsyncClient(servers=[server.address], auth_key="ee" * 32, timeout_ms=3000)
+    with pytest.raises(memkv.AuthenticationError):
+        await bad.get("a/ten")

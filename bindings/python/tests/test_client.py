@@ -1,0 +1,145 @@
+"""memkv.Client against a real server: values, keys, buffers, batches, misses."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import memkv
+from memkv.testing import MemkvServer
+
+
+def test_put_get_delete_exists(client: memkv.Client) -> None:
+    client.put("greeting", b"hello")
+    assert client.get("greeting") == b"hello"
+    assert client.exists("greeting")
+    assert client.delete("greeting") is True
+    assert client.delete("greeting") is False
+    assert not client.exists("greeting")
+    assert client.get("greeting") is None
+
+
+def test_str_and_bytes_keys_are_the_same_key(client: memkv.Client) -> None:
+    client.put("naïve/key", b"v1")
+    assert client.get("naïve/key".encode()) == b"v1"
+    client.put(b"\xff\x00raw", b"v2")
+    assert client.get(b"\xff\x00raw") == b"v2"
+
+
+def test_values_from_any_buffer(client: memkv.Client) -> None:
+    arr = np.arange(1000, dtype=np.float32)
+    client.put("np", arr)
+    assert client.get("np") == arr.tobytes()
+    client.put("ba", bytearray(b"abc"))
+    client.put("mv", memoryview(b"0123456789")[2:5])
+    assert client.get("ba") == b"abc"
+    assert client.get("mv") == b"234"
+    client.put("empty", b"")
+    assert client.get("empty") == b""
+
+
+def test_get_into_writes_in_place(client: memkv.Client) -> None:
+    value = np.random.default_rng(1).integers(0, 255, 3 << 20, dtype=np.uint8)
+    client.put("big", value)
+    out = np.zeros(4 << 20, dtype=np.uint8)
+    assert client.get_into("big", out) == value.nbytes
+    assert np.array_equal(out[: value.nbytes], value)
+    assert not out[value.nbytes :].any()
+    ba = bytearray(16)
+    client.put("small", b"xyz")
+    assert client.get_into("small", ba) == 3
+    assert ba[:3] == b"xyz"
+    assert client.get_into("absent", ba) is None
+
+
+def test_get_into_a_small_buffer_names_both_sizes(client: memkv.Client) -> None:
+    client.put("ten", b"0123456789")
+    with pytest.raises(memkv.TooLargeError, match=r"10 bytes.*buffer of 4 bytes"):
+        client.get_into("ten", bytearray(4))
+
+
+def test_read_only_and_strided_buffers_are_refused_by_name(client: memkv.Client) -> None:
+    with pytest.raises(BufferError, match="buffer: expected a writable"):
+        client.get_into("k", b"immutable")
+    strided = np.zeros((4, 4), dtype=np.uint8)[:, 1]
+    with pytest.raises(BufferError, match="value: expected a C-contiguous"):
+        client.put("k", strided)
+
+
+def test_bad_keys(client: memkv.Client) -> None:
+    with pytest.raises(TypeError, match="key must be str or bytes, not int"):
+        client.put(7, b"v")  # type: ignore[arg-type]
+    with pytest.raises(memkv.Error, match="1024"):
+        client.put("k" * 5000, b"v")
+
+
+def test_batches(client: memkv.Client) -> None:
+    items = [(f"batch/{i}", bytes([i]) * (i * 1000 + 1)) for i in range(40)]
+    client.put_many(items)
+    keys = [k for k, _ in items] + ["batch/missing"]
+    values = client.get_many(keys)
+    assert values[:-1] == [v for _, v in items]
+    assert values[-1] is None
+    bufs = [bytearray(40_000) for _ in keys]
+    lens = client.get_many_into(keys, bufs)
+    assert lens[-1] is None
+    for (_, v), n, b in zip(items, lens, bufs):
+        assert n == len(v) and b[:n] == v
+    assert client.exists_many(keys) == [True] * 40 + [False]
+    assert client.delete_many(keys[:2] + ["batch/missing"]) == [True, True, False]
+    assert client.exists_many(keys[:3]) == [False, False, True]
+
+
+def test_put_many_names_every_failed_key(client: memkv.Client) -> None:
+    long_a, long_b = "a" * 2000, "b" * 2000
+    with pytest.raises(memkv.TooLargeError) as info:
+        client.put_many([("ok1", b"1"), (long_a, b"x"), ("ok2", b"2"), (long_b, b"y")])
+    message = str(info.value)
+    assert "2 of 4 keys failed" in message
+    assert long_a in message and long_b in message
+    assert info.value.keys == [long_a.encode(), long_b.encode()]
+    assert client.get_many(["ok1", "ok2"]) == [b"1", b"2"]
+
+
+def test_get_many_into_needs_one_buffer_per_key(client: memkv.Client) -> None:
+    with pytest.raises(ValueError, match="2 keys but 1 buffers"):
+        client.get_many_into(["a", "b"], [bytearray(1)])
+
+
+def test_get_many_into_too_small_buffer(client: memkv.Client) -> None:
+    client.put_many([("fits", b"ab"), ("spills", b"abcdef")])
+    with pytest.raises(memkv.TooLargeError, match="spills.*6 bytes.*buffer of 4 bytes"):
+        client.get_many_into(["fits", "spills"], [bytearray(4), bytearray(4)])
+
+
+def test_transport_and_servers(client: memkv.Client, server: MemkvServer) -> None:
+    assert client.servers == [server.address]
+    assert client.transport.startswith("tcp")
+
+
+def test_closed_client(server: MemkvServer) -> None:
+    c = server.client()
+    c.close()
+    with pytest.raises(memkv.Error, match="closed"):
+        c.get("k")
+    assert "closed" in repr(c)
+
+
+def test_many_threads_share_one_client(client: memkv.Client) -> None:
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(50):
+                key = f"thread/{t}/{i}"
+                client.put(key, key.encode() * 100)
+                assert client.get(key) == key.encode() * 100
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

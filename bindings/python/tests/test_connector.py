@@ -1,0 +1,129 @@
+"""memkv.MemkvConnector, LMCache's native connector contract, driven as LMCache drives it:
+submit without blocking, wait on the eventfd from an event loop, drain completions."""
+
+import asyncio
+import os
+import selectors
+
+import pytest
+
+import memkv
+from memkv.testing import MemkvServer
+
+
+def connector(server: MemkvServer, timeout_ms: int = 5000) -> memkv.MemkvConnector:
+    return memkv.MemkvConnector(
+        servers=[server.address], auth_key=server.auth_key, timeout_ms=timeout_ms
+    )
+
+
+def wait_for(conn: memkv.MemkvConnector, ids: set[int], timeout: float = 30.0) -> dict[int, memkv.Completion]:
+    """Blocks on the eventfd (selectors) until every future in `ids` completed."""
+    done: dict[int, memkv.Completion] = {}
+    sel = selectors.DefaultSelector()
+    sel.register(conn.event_fd(), selectors.EVENT_READ)
+    try:
+        while not ids <= done.keys():
+            assert sel.select(timeout), f"no completion within {timeout} s"
+            os.eventfd_read(conn.event_fd())
+            for c in conn.drain_completions():
+                done[c[0]] = c
+    finally:
+        sel.close()
+    return done
+
+
+def test_set_exists_get_delete(server: MemkvServer) -> None:
+    conn = connector(server)
+    keys = [f"model@1@0@{i:x}" for i in range(8)]
+    values = [bytes([i]) * 100_000 for i in range(8)]
+    f_set = conn.submit_batch_set(keys, [memoryview(v) for v in values])
+    assert wait_for(conn, {f_set})[f_set][1:] == (True, "", None)
+
+    f_ex = conn.submit_batch_exists(keys + ["model@1@0@missing"])
+    _, ok, err, per_key = wait_for(conn, {f_ex})[f_ex]
+    assert ok and err == "" and per_key == [True] * 8 + [False]
+
+    bufs = [bytearray(100_000) for _ in keys]
+    f_get = conn.submit_batch_get(keys, [memoryview(b) for b in bufs])
+    _, ok, err, per_key = wait_for(conn, {f_get})[f_get]
+    assert ok, err
+    assert per_key == [True] * 8
+    assert [bytes(b) for b in bufs] == values
+
+    f_del = conn.submit_batch_delete(keys[:3])
+    assert wait_for(conn, {f_del})[f_del][3] == [True, True, True]
+    conn.close()
+
+
+def test_a_miss_fails_the_get_and_says_which(server: MemkvServer) -> None:
+    conn = connector(server)
+    f = conn.submit_batch_set(["hit"], [memoryview(b"abc")])
+    wait_for(conn, {f})
+    bufs = [bytearray(3), bytearray(3)]
+    f = conn.submit_batch_get(["hit", "gone"], [memoryview(b) for b in bufs])
+    _, ok, err, per_key = wait_for(conn, {f})[f]
+    assert not ok
+    assert "1 of 2 keys not found" in err and '"gone"' in err
+    assert per_key == [True, False]
+    assert bytes(bufs[0]) == b"abc"
+
+
+def test_many_batches_in_flight_one_eventfd(server: MemkvServer) -> None:
+    conn = connector(server)
+    ids = {
+        conn.submit_batch_set([f"many/{i}/{j}" for j in range(4)], [memoryview(b"v" * 4096)] * 4)
+        for i in range(32)
+    }
+    done = wait_for(conn, ids)
+    assert all(done[i][1] for i in ids)
+    f = conn.submit_batch_exists([f"many/{i}/3" for i in range(32)])
+    assert wait_for(conn, {f})[f][3] == [True] * 32
+
+
+async def test_driven_from_an_asyncio_loop(server: MemkvServer) -> None:
+    """As LMCache's ConnectorClientBase does: loop.add_reader on the eventfd."""
+    conn = connector(server)
+    loop = asyncio.get_running_loop()
+    waiting: dict[int, asyncio.Future[memkv.Completion]] = {}
+
+    def on_ready() -> None:
+        os.eventfd_read(conn.event_fd())
+        for c in conn.drain_completions():
+            waiting.pop(c[0]).set_result(c)
+
+    loop.add_reader(conn.event_fd(), on_ready)
+    try:
+        async def submit(fid: int) -> memkv.Completion:
+            fut = loop.create_future()
+            waiting[fid] = fut
+            return await fut
+
+        # Registered before any completion can be drained: submits return at once.
+        ids = [conn.submit_batch_set([f"aio/{i}"], [memoryview(bytes(1000))]) for i in range(10)]
+        results = await asyncio.gather(*(submit(i) for i in ids))
+        assert all(ok for _, ok, _, _ in results)
+    finally:
+        loop.remove_reader(conn.event_fd())
+        conn.close()
+
+
+def test_server_down_completes_with_an_error_not_a_hang() -> None:
+    srv = MemkvServer()
+    conn = connector(srv, timeout_ms=2000)
+    srv.stop()
+    buf = bytearray(10)
+    f = conn.submit_batch_get(["k"], [memoryview(buf)])
+    _, ok, err, _ = wait_for(conn, {f})[f]
+    assert not ok and srv.address in err
+    f = conn.submit_batch_exists(["k"])
+    _, ok, err, per_key = wait_for(conn, {f})[f]
+    assert not ok and per_key == [False]
+
+
+def test_buffers_are_checked_at_submit(server: MemkvServer) -> None:
+    conn = connector(server)
+    with pytest.raises(BufferError, match=r"buffers\[0\]: expected a writable"):
+        conn.submit_batch_get(["k"], [memoryview(b"read-only")])
+    with pytest.raises(ValueError, match="2 keys but 1 buffers"):
+        conn.submit_batch_set(["a", "b"], [memoryview(b"x")])

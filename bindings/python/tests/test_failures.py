@@ -1,0 +1,139 @@
+"""Failures: wrong key, dead servers, deadlines, bad configuration; never a hang."""
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import memkv
+from memkv.testing import MemkvServer
+
+
+def test_wrong_auth_key_is_an_authentication_error(server: MemkvServer) -> None:
+    c = memkv.Client(servers=[server.address], auth_key="ab" * 32, timeout_ms=3000)
+    with pytest.raises(memkv.AuthenticationError, match=server.address):
+        c.put("k", b"v")
+
+
+def test_raw_key_bytes_are_accepted(server: MemkvServer) -> None:
+    c = memkv.Client(servers=[server.address], auth_key=bytes.fromhex(server.auth_key))
+    c.put("raw-key", b"v")
+    assert c.get("raw-key") == b"v"
+
+
+def test_server_stopped_mid_test() -> None:
+    srv = MemkvServer()
+    c = srv.client(timeout_ms=2000)
+    c.put("k", b"v")
+    srv.stop()
+    with pytest.raises(memkv.ServerUnavailableError, match=srv.address):
+        c.get("k")
+    with pytest.raises(memkv.ServerUnavailableError):
+        c.put_many([("a", b"1"), ("b", b"2")])
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A listener that accepts and never answers: only the deadline ends a call."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    t = threading.Thread(target=accept)
+    t.start()
+    host, port = listener.getsockname()
+    yield f"{host}:{port}"
+    stop.set()
+    t.join()
+    for s in held:
+        s.close()
+    listener.close()
+
+
+def test_deadline_and_gil_released(silent_server: str) -> None:
+    c = memkv.Client(servers=[silent_server], auth_key="cd" * 32, timeout_ms=500)
+    ticks = 0
+    done = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+
+    t = threading.Thread(target=count)
+    t.start()
+    try:
+        with pytest.raises(memkv.TimeoutError, match=silent_server):
+            c.get("k")
+    finally:
+        done.set()
+        t.join()
+    # The counting thread ran while the call waited: the GIL was released.
+    assert ticks > 1000
+
+
+def test_arguments_win_over_the_environment(
+    server: MemkvServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMKV_SERVERS", "127.0.0.1:1")
+    monkeypatch.setenv("MEMKV_AUTH_KEY", server.auth_key)
+    c = memkv.Client(servers=[server.address])
+    c.put("env", b"1")
+    assert c.get("env") == b"1"
+
+
+def test_environment_and_config_file(
+    server: MemkvServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "client.yaml"
+    cfg.write_text(f"servers: [{server.address}]\nauth_key: {server.auth_key}\ntransport: tcp\n")
+    monkeypatch.setenv("MEMKV_CONFIG", str(cfg))
+    c = memkv.Client()
+    c.put("cfg", b"2")
+    assert c.get("cfg") == b"2"
+    assert c.transport.startswith("tcp")
+    monkeypatch.delenv("MEMKV_CONFIG")
+    monkeypatch.setenv("MEMKV_SERVERS", server.address)
+    monkeypatch.setenv("MEMKV_AUTH_KEY", server.auth_key)
+    assert memkv.Client().get("cfg") == b"2"
+    assert memkv.Client(config=cfg).get("cfg") == b"2"
+
+
+def test_bad_configuration_names_the_argument() -> None:
+    with pytest.raises(ValueError, match="auth_key: 5 raw bytes"):
+        memkv.Client(servers=["127.0.0.1:1"], auth_key=b"short")
+    with pytest.raises(memkv.ConfigError, match="argument auth_key"):
+        memkv.Client(servers=["127.0.0.1:1"], auth_key="not hex")
+    with pytest.raises(memkv.ConfigError, match="argument transport"):
+        memkv.Client(servers=["127.0.0.1:1"], auth_key="ab" * 32, transport="carrier-pigeon")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="servers: the list is empty"):
+        memkv.Client(servers=[], auth_key="ab" * 32)
+    with pytest.raises(memkv.ConfigError, match="timeout_ms"):
+        memkv.Client(servers=["127.0.0.1:1"], auth_key="ab" * 32, timeout_ms=0)
+
+
+def test_strict_rdma_without_devices_is_refused() -> None:
+    with pytest.raises((memkv.RdmaUnavailableError, memkv.ConfigError)):
+        c = memkv.Client(servers=["127.0.0.1:1"], auth_key="ab" * 32, transport="rdma")
+        c.put("k", b"v")
+
+
+def test_version_is_the_workspace_version() -> None:
+    cargo = Path(__file__).resolve().parents[3] / "Cargo.toml"
+    if not cargo.exists():
+        pytest.skip("not run from a memkv checkout")
+    text = cargo.read_text()
+    version = text.split("[workspace.package]")[1].split('version = "')[1].split('"')[0]
+    assert memkv.__version__ == version
