@@ -3,7 +3,7 @@
 prints "hit"/"miss" per key. A hit whose bytes differ from the expected pattern exits 1.
 
   second_instance.py native_plugin ADAPTER_JSON '{"ids": [...], "sizes": [...], "seeds": [...]}'
-  second_instance.py storage_plugin MODEL '{"config": PATH, "chunk": N, "ids": [...], "seeds": [...]}'
+  second_instance.py storage_plugin - '{"config": PATH, "ids": [...], "seeds": [...]}'
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def native_plugin(spec: str, args: dict) -> list[str]:
     return out
 
 
-def storage_plugin(model: str, args: dict) -> list[str]:
+def storage_plugin(args: dict) -> list[str]:
     from lmcache.v1.config import LMCacheEngineConfig
     from lmcache.v1.event_manager import EventManager
     from lmcache.v1.storage_backend.storage_manager import StorageManager
@@ -56,5 +56,5 @@ def storage_plugin(model: str, args: dict) -> list[str]:
 
 if __name__ == "__main__":
     mode, first, rest = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    result = native_plugin(first, rest) if mode == "native_plugin" else storage_plugin(first, rest)
+    result = native_plugin(first, rest) if mode == "native_plugin" else storage_plugin(rest)
     print(" ".join(result))

@@ -238,6 +238,20 @@ def test_server_stopped_mid_run_fails_fast(adapter, server):
     assert time.monotonic() - t1 < 10
 
 
+def test_empty_adapter_params_take_memkv_environment(server, monkeypatch):
+    monkeypatch.setenv("MEMKV_SERVERS", server.address)
+    monkeypatch.setenv("MEMKV_AUTH_KEY", server.auth_key)
+    monkeypatch.setenv("MEMKV_TRANSPORT", "tcp")
+    spec = adapter_spec(server)
+    spec["adapter_params"] = {}
+    _, adp = build_adapter(spec)
+    try:
+        assert store(adp, [50], [b"z" * 300]).is_successful()
+        assert lookup(adp, [50, 51]) == [True, False]
+    finally:
+        adp.close()
+
+
 def test_bad_adapter_params_name_the_setting(server):
     spec = adapter_spec(server)
     spec["adapter_params"]["timeout"] = 5

@@ -172,9 +172,9 @@ def test_pin_unpin_remove(manager, server):
 def test_second_process_loads_what_first_stored(manager, server, tmp_path):
     put_and_wait(manager, [12, 13])
     script = Path(__file__).with_name("second_instance.py")
-    args = {"config": str(write_config(tmp_path, server)), "chunk": CHUNK, "ids": [12, 13, 94], "seeds": ["c12", "c13", None]}
+    args = {"config": str(write_config(tmp_path, server)), "ids": [12, 13, 94], "seeds": ["c12", "c13", None]}
     out = subprocess.run(
-        [sys.executable, str(script), "storage_plugin", MODEL, json.dumps(args)], capture_output=True, text=True, timeout=120
+        [sys.executable, str(script), "storage_plugin", "-", json.dumps(args)], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().splitlines()[-1] == "hit hit miss", out.stdout

@@ -117,7 +117,10 @@ class MemKVStorageBackend(StoragePluginInterface):
         settings = _plugin_settings(config, prefix)
         kwargs = client_kwargs({k: v for k, v in settings.items() if k in CLIENT_PARAMS}, where=f"extra_config {prefix}")
 
-        io_threads = int(settings.get("io_threads", 4))
+        try:
+            io_threads = int(settings.get("io_threads", 4))
+        except (TypeError, ValueError):
+            raise ValueError(f"extra_config {prefix}io_threads must be a whole number, got {settings['io_threads']!r}") from None
         if not 1 <= io_threads <= _MAX_IO_THREADS:
             raise ValueError(f"extra_config {prefix}io_threads must be between 1 and {_MAX_IO_THREADS}, got {io_threads}")
         register = _as_bool(settings.get("register_cpu_buffer", True), f"extra_config {prefix}register_cpu_buffer")
