@@ -104,8 +104,13 @@ def wait_result(fd: int, fetch, deadline_s: float = DEADLINE_S):
 
 
 def store(adp, ids: list[int], datas: list[bytes]):
-    task = adp.submit_store_task([key(i) for i in ids], [memory_obj(d) for d in datas])
-    return wait_result(adp.get_store_event_fd(), lambda: adp.pop_completed_store_tasks().get(task))
+    # LMCache hands connectors ctypes views that do not keep the MemoryObj alive; like
+    # LMCache's L1, the caller holds the objects until the store completes.
+    objs = [memory_obj(d) for d in datas]
+    task = adp.submit_store_task([key(i) for i in ids], objs)
+    result = wait_result(adp.get_store_event_fd(), lambda: adp.pop_completed_store_tasks().get(task))
+    del objs
+    return result
 
 
 def lookup(adp, ids: list[int]) -> list[bool]:
