@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import signal
 
 import pytest
 from memkv.testing import MemkvServer
@@ -21,6 +23,20 @@ def server():
         pytest.fail("MEMKV_BIN is not set (run integrations/lmcache/run-tests)")
     with MemkvServer(max_size="64 MiB") as srv:
         yield srv
+
+
+@contextlib.contextmanager
+def frozen(srv):
+    """SIGSTOP the server: connections stay open but nothing answers, so only the
+    client's deadline (TIMEOUT_MS) can end a call."""
+    proc = getattr(srv, "_proc", None)  # memkv.testing keeps its Popen here
+    if proc is None:
+        pytest.fail("memkv.testing.MemkvServer no longer exposes its process; update frozen()")
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
 
 
 def pattern(seed: str, n: int) -> bytes:

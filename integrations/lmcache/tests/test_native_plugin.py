@@ -16,7 +16,7 @@ from pathlib import Path
 import memkv
 import pytest
 import torch
-from conftest import TIMEOUT_MS, pattern
+from conftest import TIMEOUT_MS, frozen, pattern
 from lmcache.v1.distributed.api import ObjectKey
 from lmcache.v1.distributed.config import EvictionConfig
 from lmcache.v1.distributed.l2_adapters.config import (
@@ -103,26 +103,26 @@ def wait_result(fd: int, fetch, deadline_s: float = DEADLINE_S):
                 pass
 
 
-def store(adp, ids: list[int], datas: list[bytes]):
+def store(adp, ids: list[int], datas: list[bytes], deadline_s: float = DEADLINE_S):
     # LMCache hands connectors ctypes views that do not keep the MemoryObj alive; like
     # LMCache's L1, the caller holds the objects until the store completes.
     objs = [memory_obj(d) for d in datas]
     task = adp.submit_store_task([key(i) for i in ids], objs)
-    result = wait_result(adp.get_store_event_fd(), lambda: adp.pop_completed_store_tasks().get(task))
+    result = wait_result(adp.get_store_event_fd(), lambda: adp.pop_completed_store_tasks().get(task), deadline_s)
     del objs
     return result
 
 
-def lookup(adp, ids: list[int]) -> list[bool]:
+def lookup(adp, ids: list[int], deadline_s: float = DEADLINE_S) -> list[bool]:
     task = adp.submit_lookup_and_lock_task([key(i) for i in ids], {})
-    bitmap = wait_result(adp.get_lookup_and_lock_event_fd(), lambda: adp.query_lookup_and_lock_result(task))
+    bitmap = wait_result(adp.get_lookup_and_lock_event_fd(), lambda: adp.query_lookup_and_lock_result(task), deadline_s)
     return [bitmap.test(j) for j in range(len(ids))]
 
 
-def load(adp, ids: list[int], sizes: list[int]):
+def load(adp, ids: list[int], sizes: list[int], deadline_s: float = DEADLINE_S):
     objs = [empty_obj(n) for n in sizes]
     task = adp.submit_load_task([key(i) for i in ids], objs)
-    bitmap = wait_result(adp.get_load_event_fd(), lambda: adp.query_load_result(task))
+    bitmap = wait_result(adp.get_load_event_fd(), lambda: adp.query_load_result(task), deadline_s)
     return [bitmap.test(j) for j in range(len(ids))], [bytes(o.byte_array) for o in objs]
 
 
@@ -255,6 +255,20 @@ def test_empty_adapter_params_take_memkv_environment(server, monkeypatch):
         assert lookup(adp, [50, 51]) == [True, False]
     finally:
         adp.close()
+
+
+def test_frozen_server_fails_within_the_deadline(adapter, server):
+    assert store(adapter, [60], [pattern("f60", 4096)]).is_successful()
+    limit = TIMEOUT_MS / 1000 + 3
+    with frozen(server):
+        t0 = time.monotonic()
+        assert not store(adapter, [61], [pattern("f61", 4096)], deadline_s=limit).is_successful()
+        assert lookup(adapter, [60], deadline_s=limit) == [False]
+        hits, _ = load(adapter, [60], [4096], deadline_s=limit)
+        assert hits == [False]
+        assert time.monotonic() - t0 < 3 * limit
+    hits, loaded = load(adapter, [60], [4096])
+    assert hits == [True] and loaded == [pattern("f60", 4096)]
 
 
 def test_bad_adapter_params_name_the_setting(server):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TIMEOUT_MS, pattern
+from conftest import TIMEOUT_MS, frozen, pattern
 from lmcache.utils import CacheEngineKey
 from lmcache.v1.config import LMCacheEngineConfig
 from lmcache.v1.event_manager import EventManager
@@ -197,6 +197,26 @@ def test_server_stopped_mid_run_turns_into_misses_and_failed_puts(manager, serve
     assert elapsed < 4 * (TIMEOUT_MS / 1000) + 5, f"failures took {elapsed:.1f} s"
     for what in ("contains_failures", "get_failures", "put_failures"):
         assert backend.stats[what] > 0, dict(backend.stats)
+
+
+def test_frozen_server_costs_one_deadline_per_call_not_a_hang(manager, server):
+    put_and_wait(manager, [16])
+    backend = backend_of(manager)
+    limit = TIMEOUT_MS / 1000 + 3
+    with frozen(server):
+        for name, call in [
+            ("contains", lambda: manager.contains(key(16), search_range=["memkv"])),
+            ("get", lambda: manager.get(key(16), location="memkv")),
+            ("batched_contains", lambda: manager.batched_contains([key(16)], search_range=["memkv"])[0]),
+        ]:
+            t0 = time.monotonic()
+            assert call() in (None, 0), name
+            assert time.monotonic() - t0 < limit, f"{name} took {time.monotonic() - t0:.1f} s"
+        futures = backend.batched_submit_put_task([key(17)], [chunk(manager, "c17")])
+        with pytest.raises(Exception):
+            futures[0].result(limit)
+    # Once the server answers again, so does the backend.
+    assert_chunk(manager.get(key(16), location="memkv"), "c16")
 
 
 def test_unknown_setting_is_refused_by_name(server, tmp_path):
