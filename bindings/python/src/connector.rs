@@ -99,6 +99,16 @@ impl Completions {
         // Adds 1 to the counter; fails only if it would overflow, when readers are woken anyway.
         let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
     }
+
+    /// LMCache's consumers poll the eventfd and call `drain_completions` without reading it, so
+    /// the counter is cleared here (or it stays readable and they spin). Cleared before the
+    /// queue is taken: a batch finishing in between writes it again, so nothing is missed.
+    fn drain(&self) -> Vec<Completion> {
+        let mut counter = [0u8; 8];
+        // EAGAIN (already zero) is the only expected failure on a non-blocking eventfd.
+        let _ = rustix::io::read(&self.fd, &mut counter);
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 /// LMCache's native connector contract over a memkv client.
@@ -241,15 +251,9 @@ impl MemkvConnector {
         }))
     }
 
-    /// The batches completed since the last call, oldest first.
+    /// The batches completed since the last call, oldest first; resets the eventfd.
     fn drain_completions(&self) -> Vec<Completion> {
-        std::mem::take(
-            &mut *self
-                .completions
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        )
+        self.completions.drain()
     }
 
     fn register(&self, buffer: &Bound<'_, PyAny>) -> PyResult<()> {

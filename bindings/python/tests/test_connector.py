@@ -2,7 +2,6 @@
 submit without blocking, wait on the eventfd from an event loop, drain completions."""
 
 import asyncio
-import os
 import selectors
 
 import pytest
@@ -25,7 +24,6 @@ def wait_for(conn: memkv.MemkvConnector, ids: set[int], timeout: float = 30.0) -
     try:
         while not ids <= done.keys():
             assert sel.select(timeout), f"no completion within {timeout} s"
-            os.eventfd_read(conn.event_fd())
             for c in conn.drain_completions():
                 done[c[0]] = c
     finally:
@@ -88,7 +86,6 @@ async def test_driven_from_an_asyncio_loop(server: MemkvServer) -> None:
     waiting: dict[int, asyncio.Future[memkv.Completion]] = {}
 
     def on_ready() -> None:
-        os.eventfd_read(conn.event_fd())
         for c in conn.drain_completions():
             waiting.pop(c[0]).set_result(c)
 
@@ -97,7 +94,8 @@ async def test_driven_from_an_asyncio_loop(server: MemkvServer) -> None:
         async def submit(fid: int) -> memkv.Completion:
             fut = loop.create_future()
             waiting[fid] = fut
-            return await fut
+            result: memkv.Completion = await fut
+            return result
 
         # Registered before any completion can be drained: submits return at once.
         ids = [conn.submit_batch_set([f"aio/{i}"], [memoryview(bytes(1000))]) for i in range(10)]
@@ -106,6 +104,22 @@ async def test_driven_from_an_asyncio_loop(server: MemkvServer) -> None:
     finally:
         loop.remove_reader(conn.event_fd())
         conn.close()
+
+
+def test_drain_resets_the_eventfd(server: MemkvServer) -> None:
+    """LMCache polls the fd and drains without reading it: drain must clear it."""
+    conn = connector(server)
+    f = conn.submit_batch_exists(["x"])
+    wait_for(conn, {f})
+    sel = selectors.DefaultSelector()
+    sel.register(conn.event_fd(), selectors.EVENT_READ)
+    assert sel.select(0) == []
+    assert conn.drain_completions() == []
+    f = conn.submit_batch_exists(["y"])
+    assert sel.select(30), "a completion makes the fd readable again"
+    assert [c[0] for c in conn.drain_completions()] == [f]
+    assert sel.select(0) == []
+    sel.close()
 
 
 def test_server_down_completes_with_an_error_not_a_hang() -> None:
