@@ -42,7 +42,12 @@ def adapter_spec(srv, **extra) -> dict:
         "type": "native_plugin",
         "module_path": "memkv_lmcache",
         "class_name": "MemkvConnector",
-        "adapter_params": {"servers": [srv.address], "auth_key": srv.auth_key, "transport": "tcp", "timeout_ms": TIMEOUT_MS},
+        "adapter_params": {
+            "servers": [srv.address],
+            "auth_key": srv.auth_key,
+            "transport": "tcp",
+            "timeout_ms": TIMEOUT_MS,
+        },
     }
     spec.update(extra)
     return spec
@@ -75,7 +80,12 @@ def key_string(i: int) -> str:
 def memory_obj(data: bytes) -> TensorMemoryObj:
     raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     meta = MemoryObjMetadata(
-        shape=torch.Size([len(data)]), dtype=torch.uint8, address=0, phy_size=len(data), fmt=MemoryFormat.KV_2LTD, ref_count=1
+        shape=torch.Size([len(data)]),
+        dtype=torch.uint8,
+        address=0,
+        phy_size=len(data),
+        fmt=MemoryFormat.KV_2LTD,
+        ref_count=1,
     )
     return TensorMemoryObj(raw, meta, parent_allocator=None)
 
@@ -108,14 +118,18 @@ def store(adp, ids: list[int], datas: list[bytes], deadline_s: float = DEADLINE_
     # LMCache's L1, the caller holds the objects until the store completes.
     objs = [memory_obj(d) for d in datas]
     task = adp.submit_store_task([key(i) for i in ids], objs)
-    result = wait_result(adp.get_store_event_fd(), lambda: adp.pop_completed_store_tasks().get(task), deadline_s)
+    result = wait_result(
+        adp.get_store_event_fd(), lambda: adp.pop_completed_store_tasks().get(task), deadline_s
+    )
     del objs
     return result
 
 
 def lookup(adp, ids: list[int], deadline_s: float = DEADLINE_S) -> list[bool]:
     task = adp.submit_lookup_and_lock_task([key(i) for i in ids], {})
-    bitmap = wait_result(adp.get_lookup_and_lock_event_fd(), lambda: adp.query_lookup_and_lock_result(task), deadline_s)
+    bitmap = wait_result(
+        adp.get_lookup_and_lock_event_fd(), lambda: adp.query_lookup_and_lock_result(task), deadline_s
+    )
     return [bitmap.test(j) for j in range(len(ids))]
 
 
@@ -219,8 +233,16 @@ def test_second_process_loads_what_first_stored(adapter, server):
     script = Path(__file__).with_name("second_instance.py")
     spec = json.dumps(adapter_spec(server))
     out = subprocess.run(
-        [sys.executable, str(script), "native_plugin", spec, json.dumps({"ids": [20, 21, 22], "sizes": sizes + [10], "seeds": ["xp0", "xp1", None]})],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            str(script),
+            "native_plugin",
+            spec,
+            json.dumps({"ids": [20, 21, 22], "sizes": sizes + [10], "seeds": ["xp0", "xp1", None]}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().splitlines()[-1] == "hit hit miss", out.stdout

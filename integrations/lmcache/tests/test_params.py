@@ -39,4 +39,7 @@ def test_bad_values_name_the_setting():
         client_kwargs({"transport": "ib"})
     with pytest.raises(TypeError, match=r"unknown memkv setting\(s\) x\.host"):
         client_kwargs({"host": "a"}, where="x.")
-    assert client_kwargs({"transport": "RDMA", "timeout_ms": "250"}) == {"transport": "rdma", "timeout_ms": 250}
+    assert client_kwargs({"transport": "RDMA", "timeout_ms": "250"}) == {
+        "transport": "rdma",
+        "timeout_ms": 250,
+    }

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import memkv
 import pytest
 import torch
 from conftest import TIMEOUT_MS, frozen, pattern
@@ -45,14 +46,22 @@ extra_config:
 
 def write_config(tmp_path: Path, srv) -> Path:
     path = tmp_path / "lmcache.yaml"
-    path.write_text(CONFIG_YAML.format(chunk=CHUNK, servers=srv.address, auth_key=srv.auth_key, timeout_ms=TIMEOUT_MS))
+    path.write_text(
+        CONFIG_YAML.format(chunk=CHUNK, servers=srv.address, auth_key=srv.auth_key, timeout_ms=TIMEOUT_MS)
+    )
     return path
 
 
 def metadata() -> LMCacheMetadata:
     return LMCacheMetadata(
-        model_name=MODEL, world_size=1, local_world_size=1, worker_id=0, local_worker_id=0,
-        kv_dtype=torch.bfloat16, kv_shape=(2, 2, CHUNK, 4, 32), chunk_size=CHUNK,
+        model_name=MODEL,
+        world_size=1,
+        local_world_size=1,
+        worker_id=0,
+        local_worker_id=0,
+        kv_dtype=torch.bfloat16,
+        kv_shape=(2, 2, CHUNK, 4, 32),
+        chunk_size=CHUNK,
     )
 
 
@@ -62,7 +71,9 @@ def key(i: int) -> CacheEngineKey:
 
 @pytest.fixture
 def manager(server, tmp_path):
-    sm = StorageManager(LMCacheEngineConfig.from_file(str(write_config(tmp_path, server))), metadata(), EventManager())
+    sm = StorageManager(
+        LMCacheEngineConfig.from_file(str(write_config(tmp_path, server))), metadata(), EventManager()
+    )
     yield sm
     sm.close()
 
@@ -174,7 +185,10 @@ def test_second_process_loads_what_first_stored(manager, server, tmp_path):
     script = Path(__file__).with_name("second_instance.py")
     args = {"config": str(write_config(tmp_path, server)), "ids": [12, 13, 94], "seeds": ["c12", "c13", None]}
     out = subprocess.run(
-        [sys.executable, str(script), "storage_plugin", "-", json.dumps(args)], capture_output=True, text=True, timeout=120
+        [sys.executable, str(script), "storage_plugin", "-", json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.strip().splitlines()[-1] == "hit hit miss", out.stdout
@@ -190,7 +204,7 @@ def test_server_stopped_mid_run_turns_into_misses_and_failed_puts(manager, serve
     assert manager.get_non_blocking(key(14), location="memkv").result(DEADLINE_S) is None
     futures = backend.batched_submit_put_task([key(15)], [chunk(manager, "c15")])
     assert futures is not None
-    with pytest.raises(Exception):
+    with pytest.raises(memkv.Error):
         futures[0].result(DEADLINE_S)
     assert not backend.exists_in_put_tasks(key(15))
     elapsed = time.monotonic() - t0
@@ -213,7 +227,7 @@ def test_frozen_server_costs_one_deadline_per_call_not_a_hang(manager, server):
             assert call() in (None, 0), name
             assert time.monotonic() - t0 < limit, f"{name} took {time.monotonic() - t0:.1f} s"
         futures = backend.batched_submit_put_task([key(17)], [chunk(manager, "c17")])
-        with pytest.raises(Exception):
+        with pytest.raises(memkv.Error):
             futures[0].result(limit)
     # Once the server answers again, so does the backend.
     assert_chunk(manager.get(key(16), location="memkv"), "c16")
@@ -223,4 +237,6 @@ def test_unknown_setting_is_refused_by_name(server, tmp_path):
     config = LMCacheEngineConfig.from_file(str(write_config(tmp_path, server)))
     config.extra_config["storage_plugin.memkv.server"] = server.address
     with pytest.raises(TypeError, match=r"storage_plugin\.memkv\.server\b.*servers"):
-        MemKVStorageBackend(config=config, metadata=metadata(), local_cpu_backend=None, loop=None, dst_device="cpu")
+        MemKVStorageBackend(
+            config=config, metadata=metadata(), local_cpu_backend=None, loop=None, dst_device="cpu"
+        )

@@ -11,9 +11,8 @@ clear error at start-up instead of a silent fallback to environment defaults.
 
 from __future__ import annotations
 
-from typing import Any
-
 import os
+from typing import Any
 
 import memkv
 

@@ -31,51 +31,13 @@ from lmcache.utils import CacheEngineKey
 from lmcache.v1.memory_management import MemoryFormat, MemoryObj
 from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 
-from memkv_lmcache._params import CLIENT_PARAMS, client_kwargs
+from memkv_lmcache._params import CLIENT_PARAMS, as_bool, client_kwargs, plugin_prefix, plugin_settings
 
 logger = init_logger(__name__)
 
 # Settings this backend reads from extra_config besides the memkv client ones.
 BACKEND_PARAMS = ("io_threads", "register_cpu_buffer")
 _MAX_IO_THREADS = 64
-
-
-def _plugin_prefix(config: Any) -> str:
-    """The ``storage_plugin.<name>.`` prefix this instance was configured under.
-
-    LMCache does not tell a plugin its name, so find the entry of ``storage_plugins``
-    whose module_path/class_name point here; operators may name it anything.
-    """
-    extra = getattr(config, "extra_config", None) or {}
-    for name in getattr(config, "storage_plugins", None) or []:
-        prefix = f"storage_plugin.{name}."
-        if extra.get(prefix + "class_name") == MemKVStorageBackend.__name__ and str(
-            extra.get(prefix + "module_path", "")
-        ).startswith("memkv_lmcache"):
-            return prefix
-    return "storage_plugin.memkv."
-
-
-def _plugin_settings(config: Any, prefix: str) -> dict[str, Any]:
-    extra = getattr(config, "extra_config", None) or {}
-    settings = {k[len(prefix):]: v for k, v in extra.items() if isinstance(k, str) and k.startswith(prefix)}
-    settings.pop("module_path", None)
-    settings.pop("class_name", None)
-    unknown = sorted(set(settings) - set(CLIENT_PARAMS) - set(BACKEND_PARAMS))
-    if unknown:
-        raise TypeError(
-            f"unknown extra_config key(s) {', '.join(prefix + u for u in unknown)}; "
-            f"accepted after {prefix}: module_path, class_name, {', '.join(CLIENT_PARAMS + BACKEND_PARAMS)}"
-        )
-    return settings
-
-
-def _as_bool(value: Any, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
-        return value.lower() in ("true", "1", "yes")
-    raise ValueError(f"{name} must be true or false, got {value!r}")
 
 
 def _bytes_view(obj: MemoryObj) -> memoryview:
@@ -110,20 +72,34 @@ class MemKVStorageBackend(StoragePluginInterface):
             loop=loop,
         )
         if config is None or metadata is None:
-            raise ValueError("MemKVStorageBackend needs LMCache's config and metadata (it is built by storage_plugin_launcher)")
+            raise ValueError(
+                "MemKVStorageBackend needs LMCache's config and metadata "
+                "(it is built by storage_plugin_launcher)"
+            )
         if getattr(config, "use_layerwise", False):
-            raise ValueError("MemKVStorageBackend does not support use_layerwise: true (per-layer keys); turn it off or use the native_plugin L2 adapter")
-        prefix = _plugin_prefix(config)
-        settings = _plugin_settings(config, prefix)
-        kwargs = client_kwargs({k: v for k, v in settings.items() if k in CLIENT_PARAMS}, where=f"extra_config {prefix}")
+            raise ValueError(
+                "MemKVStorageBackend does not support use_layerwise: true (per-layer keys); "
+                "turn it off or use the native_plugin L2 adapter"
+            )
+        prefix = plugin_prefix(config, type(self).__name__)
+        settings = plugin_settings(config, prefix, BACKEND_PARAMS)
+        kwargs = client_kwargs(
+            {k: v for k, v in settings.items() if k in CLIENT_PARAMS}, where=f"extra_config {prefix}"
+        )
 
         try:
             io_threads = int(settings.get("io_threads", 4))
         except (TypeError, ValueError):
-            raise ValueError(f"extra_config {prefix}io_threads must be a whole number, got {settings['io_threads']!r}") from None
+            raise ValueError(
+                f"extra_config {prefix}io_threads must be a whole number, got {settings['io_threads']!r}"
+            ) from None
         if not 1 <= io_threads <= _MAX_IO_THREADS:
-            raise ValueError(f"extra_config {prefix}io_threads must be between 1 and {_MAX_IO_THREADS}, got {io_threads}")
-        register = _as_bool(settings.get("register_cpu_buffer", True), f"extra_config {prefix}register_cpu_buffer")
+            raise ValueError(
+                f"extra_config {prefix}io_threads must be between 1 and {_MAX_IO_THREADS}, got {io_threads}"
+            )
+        register = as_bool(
+            settings.get("register_cpu_buffer", True), f"extra_config {prefix}register_cpu_buffer"
+        )
 
         # Chunk layout: every value is one full chunk or, for a prompt's last chunk,
         # a prefix of one in whole tokens.
@@ -149,7 +125,10 @@ class MemKVStorageBackend(StoragePluginInterface):
             self._register_cpu_arena()
         logger.info(
             "memkv storage plugin ready (%s), transport %s, %d I/O threads, chunk %d bytes",
-            prefix.rstrip("."), self._client.transport, io_threads, self._full_chunk_bytes,
+            prefix.rstrip("."),
+            self._client.transport,
+            io_threads,
+            self._full_chunk_bytes,
         )
 
     def __str__(self) -> str:
@@ -207,7 +186,9 @@ class MemKVStorageBackend(StoragePluginInterface):
     def _allocate(self) -> Optional[MemoryObj]:
         # busy_loop=False: a get must not wait for LMCache's stores to free memory
         # (that can deadlock); a failed allocation is reported as a miss.
-        return self.local_cpu_backend.allocate(self._shapes, self._dtypes, self._fmt, eviction=True, busy_loop=False)
+        return self.local_cpu_backend.allocate(
+            self._shapes, self._dtypes, self._fmt, eviction=True, busy_loop=False
+        )
 
     def _get_many(self, keys: Sequence[CacheEngineKey]) -> List[Optional[MemoryObj]]:
         """Read keys into fresh MemoryObjs; misses and failures are None."""
@@ -246,7 +227,12 @@ class MemKVStorageBackend(StoragePluginInterface):
                 obj.ref_count_down()
         return results
 
-    def _put_many(self, keys: list[CacheEngineKey], objs: list[MemoryObj], on_complete: Optional[Callable[[CacheEngineKey], None]]) -> None:
+    def _put_many(
+        self,
+        keys: list[CacheEngineKey],
+        objs: list[MemoryObj],
+        on_complete: Optional[Callable[[CacheEngineKey], None]],
+    ) -> None:
         try:
             self._client.put_many([(k.to_string(), _bytes_view(o)) for k, o in zip(keys, objs, strict=True)])
         except memkv.Error as e:
@@ -298,7 +284,9 @@ class MemKVStorageBackend(StoragePluginInterface):
                     self._pins[k] += 1
         return hits
 
-    async def batched_async_contains(self, lookup_id: str, keys: List[CacheEngineKey], pin: bool = False) -> int:
+    async def batched_async_contains(
+        self, lookup_id: str, keys: List[CacheEngineKey], pin: bool = False
+    ) -> int:
         return await asyncio.wrap_future(self._executor.submit(self.batched_contains, keys, pin))
 
     def exists_in_put_tasks(self, key: CacheEngineKey) -> bool:
@@ -358,7 +346,9 @@ class MemKVStorageBackend(StoragePluginInterface):
             return None
         return self._executor.submit(lambda: self._get_many([key])[0])
 
-    async def batched_get_non_blocking(self, lookup_id: str, keys: list[CacheEngineKey], transfer_spec: Any = None) -> list[MemoryObj]:
+    async def batched_get_non_blocking(
+        self, lookup_id: str, keys: list[CacheEngineKey], transfer_spec: Any = None
+    ) -> list[MemoryObj]:
         """The loaded prefix of ``keys`` (StorageManager's prefetch counts chunks up to
         the first gap, so objects past a miss are released here)."""
         objs = await asyncio.wrap_future(self._executor.submit(self._get_many, keys))
@@ -367,7 +357,7 @@ class MemKVStorageBackend(StoragePluginInterface):
             if obj is None:
                 break
             prefix.append(obj)
-        for obj in objs[len(prefix):]:
+        for obj in objs[len(prefix) :]:
             if obj is not None:
                 obj.ref_count_down()
         return prefix
@@ -427,7 +417,10 @@ class MemKVStorageBackend(StoragePluginInterface):
     def get_allocator_backend(self):
         """Puts and gets use LocalCPUBackend's memory (so puts need no copy)."""
         if self.local_cpu_backend is None:
-            raise RuntimeError("MemKVStorageBackend needs LMCache's LocalCPUBackend (max_local_cpu_size > 0) to allocate memory")
+            raise RuntimeError(
+                "MemKVStorageBackend needs LMCache's LocalCPUBackend (max_local_cpu_size > 0) "
+                "to allocate memory"
+            )
         return self.local_cpu_backend
 
     def touch_cache(self) -> None:
