@@ -24,6 +24,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,9 @@ def engine(spec: dict) -> dict:
         kv_transfer_config=ktc, max_model_len=spec["max_len"],
         # vLLM's own prefix cache would answer Q's shared prefix before any connector is asked.
         enable_prefix_caching=False,
+        # On CPU this is the share of host memory vLLM insists is free at start-up; the KV
+        # cache itself is sized by VLLM_CPU_KVCACHE_SPACE (1 GiB here).
+        gpu_memory_utilization=0.3,
     )
     sp = SamplingParams(max_tokens=1, detokenize=False, temperature=0)
     # One short request first: the engine's one-time start-up work is not a prefill's.
@@ -99,16 +103,33 @@ def run_engine(label: str, spec: dict, log_dir: Path, timeout: float) -> dict:
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
     log = log_dir / f"{label}.log"
+    out = log_dir / f"{label}.json"
     t0 = time.perf_counter()
     with open(log, "w") as f:
-        proc = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--engine", json.dumps(spec)],
-            stdout=subprocess.PIPE, stderr=f, text=True, env=env, timeout=timeout,
+        # vLLM logs to stdout and stderr; the result comes back in a file.
+        # Its own process group: vLLM's engine-core and worker children go with it.
+        proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--engine", json.dumps(spec),
+             "--json", str(out)],
+            stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
         )
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
     text = log.read_text()
+    if not out.exists():
+        raise RuntimeError(f"{label}: vLLM gave no result within {timeout:.0f} s; log {log}:\n{text[-4000:]}")
     if proc.returncode != 0:
         raise RuntimeError(f"{label}: vLLM exited with {proc.returncode}; log {log}:\n{text[-4000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(out.read_text())
     loads = [tuple(map(int, m)) for m in re.findall(r"memkv_vllm: loaded (\d+) of (\d+) chunks", text)]
     saves = [int(m) for m in re.findall(r"memkv_vllm: saved (\d+) chunks", text)]
     result["_memkv"] = {"loads": loads, "saved_chunks": sum(saves)}
@@ -135,7 +156,7 @@ def main() -> int:
     ap.add_argument("--engine", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.engine:
-        print(json.dumps(engine(json.loads(args.engine))), flush=True)
+        args.json.write_text(json.dumps(engine(json.loads(args.engine))))
         return 0
 
     from memkv.testing import MemkvServer

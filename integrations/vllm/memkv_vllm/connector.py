@@ -53,13 +53,8 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-# vLLM's own logger names the process (Worker / EngineCore) in every line.
-try:
-    from vllm.logger import init_logger
-
-    logger = init_logger(__name__)
-except ImportError:  # pragma: no cover
-    logger = logging.getLogger(__name__)
+# Under "vllm." so vLLM's handler prints it, naming the process (Worker / EngineCore).
+logger = logging.getLogger("vllm.memkv_vllm")
 
 
 @dataclass
@@ -301,12 +296,14 @@ class MemkvConnector(KVConnectorBase_V1):
         self._failed_blocks |= failed
         n_blocks = len(set(owners))
         self.stats["loaded_chunks"] += n_blocks - len(failed)
-        self.stats["loaded_bytes"] += sum(self._page_bytes for good in ok if good)
+        # Bytes of whole chunks only: a chunk missing one layer is recomputed entirely.
+        loaded_bytes = (n_blocks - len(failed)) * len(self._layer_names) * self._page_bytes
+        self.stats["loaded_bytes"] += loaded_bytes
         self.stats["failed_chunks"] += len(failed)
         logger.info(
             "memkv_vllm: loaded %d of %d chunks (%d tokens, %.1f MiB) in %.1f ms%s",
             n_blocks - len(failed), n_blocks, (n_blocks - len(failed)) * self._block_size,
-            sum(ok) * self._page_bytes / 2**20, (time.perf_counter() - t0) * 1e3,
+            loaded_bytes / 2**20, (time.perf_counter() - t0) * 1e3,
             f"; {len(failed)} to recompute" if failed else "",
         )
 

@@ -17,7 +17,7 @@ import memkv
 
 from .settings import Settings
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("vllm.memkv_vllm")
 
 # Failures that say the connection (not one key) is bad: back off and reconnect later.
 _CONNECTION_ERRORS = (
