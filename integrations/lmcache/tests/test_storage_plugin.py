@@ -106,10 +106,12 @@ def put_and_wait(sm: StorageManager, ids: list[int], tokens: int = CHUNK) -> Non
 
 
 def assert_chunk(obj, seed: str, tokens: int = CHUNK) -> None:
+    """Check a MemoryObj a get returned, then give it back (the caller owns it)."""
     assert obj is not None
     assert obj.get_shape()[2] == tokens
     assert bytes(obj.byte_array) == pattern(seed, len(obj.byte_array))
     assert obj.tensor.dtype == torch.bfloat16
+    obj.ref_count_down()
 
 
 def test_launcher_builds_backend_and_registers_cpu_arena(manager):
@@ -202,7 +204,9 @@ def test_server_stopped_mid_run_turns_into_misses_and_failed_puts(manager, serve
     assert manager.contains(key(14), search_range=["memkv"]) is None
     assert manager.get(key(14), location="memkv") is None
     assert manager.get_non_blocking(key(14), location="memkv").result(DEADLINE_S) is None
-    futures = backend.batched_submit_put_task([key(15)], [chunk(manager, "c15")])
+    obj = chunk(manager, "c15")
+    futures = backend.batched_submit_put_task([key(15)], [obj])
+    obj.ref_count_down()  # the backend holds its own reference until the put ends
     assert futures is not None
     with pytest.raises(memkv.Error):
         futures[0].result(DEADLINE_S)
@@ -226,7 +230,9 @@ def test_frozen_server_costs_one_deadline_per_call_not_a_hang(manager, server):
             t0 = time.monotonic()
             assert call() in (None, 0), name
             assert time.monotonic() - t0 < limit, f"{name} took {time.monotonic() - t0:.1f} s"
-        futures = backend.batched_submit_put_task([key(17)], [chunk(manager, "c17")])
+        obj = chunk(manager, "c17")
+        futures = backend.batched_submit_put_task([key(17)], [obj])
+        obj.ref_count_down()  # the backend holds its own reference until the put ends
         with pytest.raises(memkv.Error):
             futures[0].result(limit)
     # Once the server answers again, so does the backend.
