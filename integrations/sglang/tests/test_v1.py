@@ -159,3 +159,25 @@ def test_v1_needs_a_registered_pool(make_backend):
     backend = make_backend(v1=True)
     with pytest.raises(RuntimeError, match="register_mem_pool_host"):
         backend.batch_get_v1(hashes(1), torch.arange(4))
+
+
+@pytest.mark.parametrize("layout", ["page_first", "layer_first"])
+def test_k_object_holds_only_the_k_half(make_backend, server, layout):
+    """The `_k` object is the page's K cache (every layer), `_v` its V cache, in layer order."""
+    pool = mha_host_pool(layout)
+    backend = make_backend(host_pool=pool, v1=True)
+    src = pool.alloc(pool.page_size)
+    fill_random(pool, src, seed=4)
+    [k] = hashes(1)
+    assert backend.batch_set_v1([k], src) == [True]
+    i, ps = int(src[0]), pool.page_size
+    raw = server.client()
+    for half, name in ((0, "k"), (1, "v")):
+        buf = pool.kv_buffer[half]
+        if layout == "layer_first":  # [layer, token, head, dim]
+            want = torch.cat([buf[layer, i : i + ps].reshape(-1) for layer in range(buf.shape[0])])
+        else:  # [token, layer, head, dim]
+            want = buf[i : i + ps].reshape(-1)
+        got = raw.get(f"{backend.keys.namespace}_{k}_0_{name}")
+        assert got == want.contiguous().view(torch.uint8).numpy().tobytes()
+    raw.close()
