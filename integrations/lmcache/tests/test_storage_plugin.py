@@ -20,6 +20,7 @@ from lmcache.utils import CacheEngineKey
 from lmcache.v1.config import LMCacheEngineConfig
 from lmcache.v1.event_manager import EventManager
 from lmcache.v1.metadata import LMCacheMetadata
+from lmcache.v1.storage_backend import CreateStorageBackends
 from lmcache.v1.storage_backend.abstract_backend import StoragePluginInterface
 from lmcache.v1.storage_backend.storage_manager import StorageManager
 
@@ -52,8 +53,9 @@ def write_config(tmp_path: Path, srv) -> Path:
     return path
 
 
-def metadata() -> LMCacheMetadata:
+def metadata(role: str | None = None) -> LMCacheMetadata:
     return LMCacheMetadata(
+        role=role,
         model_name=MODEL,
         world_size=1,
         local_world_size=1,
@@ -237,6 +239,25 @@ def test_frozen_server_costs_one_deadline_per_call_not_a_hang(manager, server):
             futures[0].result(limit)
     # Once the server answers again, so does the backend.
     assert_chunk(manager.get(key(16), location="memkv"), "c16")
+
+
+def test_scheduler_role_has_no_cpu_memory_but_answers_lookups(manager, server, tmp_path):
+    # vLLM's scheduler process builds the backends with role "scheduler": no
+    # LocalCPUBackend, so lookups work and gets are misses rather than errors.
+    put_and_wait(manager, [18])
+    config = LMCacheEngineConfig.from_file(str(write_config(tmp_path, server)))
+    loop = asyncio.new_event_loop()
+    backends = CreateStorageBackends(config, metadata(role="scheduler"), loop, dst_device="cpu")
+    try:
+        backend = backends["memkv"]
+        assert "LocalCPUBackend" not in backends
+        assert backend.batched_contains([key(18), key(93)]) == 1
+        assert backend.get_blocking(key(18)) is None
+        assert backend.registered_bytes == 0
+    finally:
+        for b in backends.values():
+            b.close()
+        loop.close()
 
 
 def test_unknown_setting_is_refused_by_name(server, tmp_path):
