@@ -12,6 +12,7 @@ use crate::client::{Shared, check_counts, items, writable_all};
 use crate::config::Args;
 use crate::errors::{collect, to_py};
 use crate::keys;
+use crate::regions;
 
 /// `bytes` made once the interpreter is attached again.
 fn to_bytes(value: Option<Vec<u8>>) -> Option<Py<PyBytes>> {
@@ -100,13 +101,9 @@ impl AsyncClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.shared.get()?;
         let (keys, values) = self::items(items)?;
+        let routed = self.shared.regions.route(&values);
         future_into_py(py, async move {
-            let pairs: Vec<(&[u8], &[u8])> = keys
-                .iter()
-                .map(Vec::as_slice)
-                .zip(values.iter().map(ByteBuffer::as_slice))
-                .collect();
-            let results = c.put_batch(&pairs).await;
+            let results = regions::put_many(&c, routed, &keys, &values).await;
             collect("put_many", &keys, results).map(drop)
         })
     }
@@ -135,8 +132,9 @@ impl AsyncClient {
         let keys = keys::keys(keys)?;
         let mut bufs = writable_all(buffers, "buffers")?;
         check_counts(keys.len(), bufs.len())?;
+        let routed = self.shared.regions.route(&bufs);
         future_into_py(py, async move {
-            let results = c.get_batch_into(&keys, &mut bufs).await;
+            let results = regions::get_many_into(&c, routed, &keys, &mut bufs).await;
             collect("get_many_into", &keys, results)
         })
     }
@@ -167,9 +165,9 @@ impl AsyncClient {
         })
     }
 
-    fn register(&self, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.shared
-            .register(ByteBuffer::writable(buffer, "buffer")?)
+    fn register(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+        let buffer = ByteBuffer::writable(buffer, "buffer")?;
+        self.shared.register(py, buffer)
     }
 
     #[getter]

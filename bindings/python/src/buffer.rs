@@ -70,6 +70,11 @@ impl ByteBuffer {
         usize::try_from(self.view.len).unwrap_or(0)
     }
 
+    /// The address and length of the bytes, to find the registered region they lie in.
+    pub fn span(&self) -> (usize, usize) {
+        (self.view.buf as usize, self.len())
+    }
+
     fn data(&self) -> Option<NonNull<u8>> {
         NonNull::new(self.view.buf.cast::<u8>()).filter(|_| self.len() > 0)
     }
@@ -107,6 +112,20 @@ impl AsRef<[u8]> for ByteBuffer {
 impl AsMut<[u8]> for ByteBuffer {
     fn as_mut(&mut self) -> &mut [u8] {
         self.as_mut_slice()
+    }
+}
+
+// SAFETY: the buffer was exported writable (`register` only passes such buffers) and stays
+// exported, so its `len` bytes stay valid and in place (a bytearray cannot be resized, nor a
+// numpy array reshaped in place, while exported) until the value is dropped. That Python code
+// leaves the bytes of an operation in flight alone is the documented contract of
+// `Client.register` (docs/python.md), as with any buffer the GIL-released I/O uses.
+unsafe impl memkv_client::CallerMemory for ByteBuffer {
+    fn as_ptr(&self) -> *mut u8 {
+        self.view.buf.cast::<u8>()
+    }
+    fn len(&self) -> usize {
+        ByteBuffer::len(self)
     }
 }
 

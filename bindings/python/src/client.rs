@@ -11,13 +11,14 @@ use crate::buffer::ByteBuffer;
 use crate::config::Args;
 use crate::errors::{collect, to_py};
 use crate::keys;
+use crate::regions::{self, Regions};
 use crate::runtime::block_on;
 
 /// The Rust client behind a Python object, until `close()`.
 pub struct Shared {
     client: Mutex<Option<RustClient>>,
     /// Buffers handed to `register`, kept alive (and exported) as long as the client.
-    registered: Mutex<Vec<ByteBuffer>>,
+    pub regions: Regions,
 }
 
 impl Shared {
@@ -26,7 +27,7 @@ impl Shared {
         let client = block_on(py, RustClient::connect(config)).map_err(to_py)?;
         Ok(Shared {
             client: Mutex::new(Some(client)),
-            registered: Mutex::new(Vec::new()),
+            regions: Regions::default(),
         })
     }
 
@@ -42,10 +43,7 @@ impl Shared {
     pub fn close(&self) {
         let client = self.client.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(client);
-        self.registered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        self.regions.clear();
     }
 
     pub fn transport(&self) -> PyResult<String> {
@@ -57,14 +55,12 @@ impl Shared {
         })
     }
 
-    pub fn register(&self, buffer: ByteBuffer) -> PyResult<()> {
-        // TCP moves bytes from and into any buffer; keeping the export is all there is to do.
-        self.get()?;
-        self.registered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(buffer);
-        Ok(())
+    /// Registers `buffer` with the NIC (RDMA), or keeps it exported (TCP, where any buffer
+    /// moves without registration). Registration pins the pages: the GIL is released for it.
+    pub fn register(&self, py: Python<'_>, buffer: ByteBuffer) -> PyResult<()> {
+        let client = self.get()?;
+        py.detach(|| self.regions.register(&client, buffer))
+            .map_err(to_py)
     }
 }
 
@@ -152,7 +148,17 @@ impl Client {
         let c = self.shared.get()?;
         let key = keys::key(key)?;
         let value = ByteBuffer::readable(value, "value")?;
-        block_on(py, c.put(&key, value.as_slice())).map_err(to_py)
+        match self.shared.regions.route(std::slice::from_ref(&value)) {
+            Some(routed) => {
+                let keys = [key];
+                let results = block_on(
+                    py,
+                    regions::put_many(&c, Some(routed), &keys, std::slice::from_ref(&value)),
+                );
+                collect("put", &keys, results).map(drop)
+            }
+            None => block_on(py, c.put(&key, value.as_slice())).map_err(to_py),
+        }
     }
 
     fn get<'py>(
@@ -175,7 +181,18 @@ impl Client {
         let c = self.shared.get()?;
         let key = keys::key(key)?;
         let mut buf = ByteBuffer::writable(buffer, "buffer")?;
-        block_on(py, c.get_into_slice(&key, buf.as_mut_slice())).map_err(to_py)
+        match self.shared.regions.route(std::slice::from_ref(&buf)) {
+            Some(routed) => {
+                let keys = [key];
+                let mut one = [buf];
+                let mut results = block_on(
+                    py,
+                    regions::get_many_into(&c, Some(routed), &keys, &mut one),
+                );
+                results.pop().expect("one result").map_err(to_py)
+            }
+            None => block_on(py, c.get_into_slice(&key, buf.as_mut_slice())).map_err(to_py),
+        }
     }
 
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -227,7 +244,8 @@ impl Client {
         let keys = keys::keys(keys)?;
         let mut bufs = writable_all(buffers, "buffers")?;
         check_counts(keys.len(), bufs.len())?;
-        let results = block_on(py, c.get_batch_into(&keys, &mut bufs));
+        let routed = self.shared.regions.route(&bufs);
+        let results = block_on(py, regions::get_many_into(&c, routed, &keys, &mut bufs));
         collect("get_many_into", &keys, results)
     }
 
@@ -245,9 +263,9 @@ impl Client {
         collect("delete_many", &keys, results)
     }
 
-    fn register(&self, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.shared
-            .register(ByteBuffer::writable(buffer, "buffer")?)
+    fn register(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+        let buffer = ByteBuffer::writable(buffer, "buffer")?;
+        self.shared.register(py, buffer)
     }
 
     #[getter]

@@ -18,6 +18,7 @@ use crate::client::{Shared, check_counts, readable_all, writable_all};
 use crate::config::Args;
 use crate::errors::describe;
 use crate::keys;
+use crate::regions;
 use crate::runtime::{block_on, runtime};
 
 /// `(future id, ok, error message, per-key results)`, as `drain_completions` returns them.
@@ -193,8 +194,9 @@ impl MemkvConnector {
         let keys = keys::keys(keys)?;
         let mut bufs = writable_all(buffers, "buffers")?;
         check_counts(keys.len(), bufs.len())?;
+        let routed = self.shared.regions.route(&bufs);
         Ok(self.spawn(async move {
-            let results = c.get_batch_into(&keys, &mut bufs).await;
+            let results = regions::get_many_into(&c, routed, &keys, &mut bufs).await;
             let outcome = Outcome::of("get", &keys, results, Option::is_some, true, true);
             (outcome, bufs)
         }))
@@ -211,15 +213,9 @@ impl MemkvConnector {
         let values: Vec<Bound<'_, PyAny>> = buffers.try_iter()?.collect::<PyResult<_>>()?;
         let values = readable_all(&values, "buffers")?;
         check_counts(keys.len(), values.len())?;
+        let routed = self.shared.regions.route(&values);
         Ok(self.spawn(async move {
-            let results = {
-                let pairs: Vec<(&[u8], &[u8])> = keys
-                    .iter()
-                    .map(Vec::as_slice)
-                    .zip(values.iter().map(ByteBuffer::as_slice))
-                    .collect();
-                c.put_batch(&pairs).await
-            };
+            let results = regions::put_many(&c, routed, &keys, &values).await;
             let outcome = Outcome::of("set", &keys, results, |_| true, false, false);
             (outcome, values)
         }))
@@ -256,9 +252,9 @@ impl MemkvConnector {
         self.completions.drain()
     }
 
-    fn register(&self, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.shared
-            .register(ByteBuffer::writable(buffer, "buffer")?)
+    fn register(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<()> {
+        let buffer = ByteBuffer::writable(buffer, "buffer")?;
+        self.shared.register(py, buffer)
     }
 
     #[getter]

@@ -8,6 +8,7 @@ mod config;
 mod connector;
 mod errors;
 mod keys;
+mod regions;
 mod runtime;
 
 use pyo3::prelude::*;

@@ -143,3 +143,15 @@ def test_many_threads_share_one_client(client: memkv.Client) -> None:
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_register_keeps_the_buffer_and_moves_through_it(client: memkv.Client) -> None:
+    """Over TCP registering is bookkeeping only; the data path must stay correct."""
+    pool = np.zeros(1 << 20, dtype=np.uint8)
+    client.register(pool)
+    pool[:4096] = 7
+    client.put_many([("pool/a", pool[:4096]), ("pool/b", pool[4096:8192])])
+    assert client.get_many_into(["pool/a"], [pool[8192:16384]]) == [4096]
+    assert (pool[8192:12288] == 7).all()
+    with pytest.raises(BufferError, match="writable"):
+        client.register(b"read-only")

@@ -46,6 +46,7 @@ pub use config::{ClientConfig, Transport};
 pub use error::{Error, Result};
 pub use memkv_proto::messages::StatsResponse;
 pub use memkv_proto::{AuthKey, Status};
+pub use memkv_rdma::CallerMemory;
 pub use pool::{BACKOFF_MAX, BACKOFF_MIN};
 pub use rdma_ops::RdmaBuffer;
 pub use rdma_rails::{RDMA_BYTES_TOTAL, RailStats};

@@ -216,6 +216,18 @@ impl RdmaPath {
         ))
     }
 
+    /// Caller memory registered as it is on the next rail in turn.
+    pub fn register_caller(
+        &self,
+        memory: Box<dyn memkv_rdma::CallerMemory>,
+    ) -> std::result::Result<(usize, memkv_rdma::RegisteredBuffer), memkv_rdma::RdmaError> {
+        let rail = self.rotate() % self.rails.len();
+        Ok((
+            rail,
+            memkv_rdma::RegisteredBuffer::over(&self.rails[rail].device, memory)?,
+        ))
+    }
+
     /// The devices in use, for reports.
     pub fn rail_names(&self) -> Vec<String> {
         self.rails

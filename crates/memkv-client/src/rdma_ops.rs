@@ -94,6 +94,23 @@ impl Client {
         Ok(RdmaBuffer { rail, buf })
     }
 
+    /// Registers memory the caller owns (an engine's host KV pool, say) as it is, for the same
+    /// zero-copy [`Client::put_batch_from`] and [`Client::get_batch_into_buffer`] as
+    /// [`Client::register_buffer`]'s buffers. Needs an active RDMA transport.
+    pub fn register_memory(&self, memory: Box<dyn memkv_rdma::CallerMemory>) -> Result<RdmaBuffer> {
+        let rdma = self.rdma().ok_or_else(|| Error::RdmaUnavailable {
+            reason: self
+                .rdma_fallback_reason()
+                .unwrap_or_else(|| "no RDMA transport".into()),
+        })?;
+        let (rail, buf) = rdma
+            .register_caller(memory)
+            .map_err(|e| Error::RdmaUnavailable {
+                reason: e.to_string(),
+            })?;
+        Ok(RdmaBuffer { rail, buf })
+    }
+
     /// Stores `buf[..len]` under `key`, RDMA WRITE straight from the registered buffer (or through
     /// a staging buffer when the key's server uses another rail).
     pub async fn put_from(&self, key: &[u8], buf: &RdmaBuffer, len: usize) -> Result<()> {

@@ -49,7 +49,7 @@ pub use device::{PortLimits, RdmaDevice};
 pub use error::RdmaError;
 pub use gate::PeerWindow;
 pub use memkv_proto::connect::RdmaEndpoint;
-pub use memory::{LocalMemory, MemoryRegion, RegisteredBuffer};
+pub use memory::{CallerMemory, LocalMemory, MemoryRegion, RegisteredBuffer};
 pub use qp::{QpOptions, QpTransport, RcQueuePair};
 pub use staging::{StagingBuffer, StagingPool};
 pub use status::WcStatus;

@@ -150,12 +150,39 @@ unsafe impl LocalMemory for MemoryRegion {
     }
 }
 
-/// A page-aligned anonymous mapping owned by the library and registered for local access
-/// (the target of READs, the source of WRITEs). Safe to use: operations borrow it.
+/// Memory the library did not allocate (an engine's pinned KV pool, a Python buffer) that a
+/// [`RegisteredBuffer`] may register as it is.
+///
+/// # Safety
+///
+/// An implementation promises that `as_ptr()` is valid for reads and writes of `len()` bytes,
+/// that the memory neither moves nor is unmapped for as long as the value lives, and that while
+/// the library moves bytes into or out of it (an operation borrows the buffer) nothing else
+/// writes the bytes being written or reads the bytes being read. Both methods return the same
+/// values every time.
+pub unsafe trait CallerMemory: Send + Sync {
+    fn as_ptr(&self) -> *mut u8;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Where a registered buffer's bytes live.
+enum Backing {
+    /// A mapping of the library's own.
+    Owned(MmapMut),
+    /// The caller's memory, kept alive by its owner.
+    Caller(Box<dyn CallerMemory>),
+}
+
+/// Memory registered for local access (the target of READs, the source of WRITEs): either a
+/// page-aligned anonymous mapping owned by the library, or caller memory registered as it is
+/// ([`RegisteredBuffer::over`]). Safe to use: operations borrow it.
 pub struct RegisteredBuffer {
-    // Drops before `map`: the region is deregistered before its pages are unmapped.
+    // Drops before `backing`: the region is deregistered before the memory is released.
     region: MemoryRegion,
-    map: MmapMut,
+    backing: Backing,
     setup_time: Duration,
 }
 
@@ -209,7 +236,23 @@ impl RegisteredBuffer {
             unsafe { MemoryRegion::register(device, map.as_mut_ptr(), len, Access::LocalOnly)? };
         Ok(Self {
             region,
-            map,
+            backing: Backing::Owned(map),
+            setup_time: started.elapsed(),
+        })
+    }
+
+    /// Registers `memory` as it is (no copy, no new mapping); the buffer owns it until dropped.
+    /// `ibv_reg_mr` pins its pages, which costs time proportional to its size the first time.
+    pub fn over(device: &RdmaDevice, memory: Box<dyn CallerMemory>) -> Result<Self, RdmaError> {
+        let started = Instant::now();
+        // SAFETY: `CallerMemory` promises `len` valid bytes that stay put while `memory` lives,
+        // and the buffer drops the region before `memory` (field order).
+        let region = unsafe {
+            MemoryRegion::register(device, memory.as_ptr(), memory.len(), Access::LocalOnly)?
+        };
+        Ok(Self {
+            region,
+            backing: Backing::Caller(memory),
             setup_time: started.elapsed(),
         })
     }
@@ -221,11 +264,21 @@ impl RegisteredBuffer {
     }
 
     pub fn as_slice(&self) -> &[u8] {
-        &self.map
+        match &self.backing {
+            Backing::Owned(map) => map,
+            // SAFETY: `CallerMemory` promises `len` readable bytes for the memory's life, and
+            // `&self` keeps it alive while the slice lives.
+            Backing::Caller(m) => unsafe { std::slice::from_raw_parts(m.as_ptr(), m.len()) },
+        }
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.map
+        match &mut self.backing {
+            Backing::Owned(map) => map,
+            // SAFETY: as in `as_slice`, writable too; `&mut self` makes this the buffer's only
+            // slice while it lives, and `CallerMemory` rules out other writers meanwhile.
+            Backing::Caller(m) => unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), m.len()) },
+        }
     }
 
     pub fn region(&self) -> &MemoryRegion {
@@ -233,9 +286,10 @@ impl RegisteredBuffer {
     }
 }
 
-// SAFETY: the region covers exactly the mapping, which lives as long as the buffer; operations
-// borrow the buffer (shared for WRITE, exclusive for READ), so safe code cannot touch the bytes
-// the NIC is writing.
+// SAFETY: the region covers exactly the mapping (or the caller's memory), which lives as long
+// as the buffer; operations borrow the buffer (shared for WRITE, exclusive for READ), so safe
+// code cannot touch the bytes the NIC is writing (and `CallerMemory` promises the same of
+// everyone else).
 unsafe impl LocalMemory for RegisteredBuffer {
     fn addr(&self) -> u64 {
         self.region.addr

@@ -1,0 +1,155 @@
+//! Memory the caller registered (`Client.register`): with RDMA, each region is registered with
+//! the NIC once, and batches whose buffers all lie inside one region move with no copy
+//! (`put_batch_from` / `get_batch_into_buffer` on it); everything else takes the client's
+//! ordinary path (staging buffers, or TCP).
+
+use std::sync::{Arc, Mutex};
+
+use memkv_client::{Client as RustClient, RdmaBuffer, Result as ClientResult};
+use tokio::sync::RwLock;
+
+use crate::buffer::ByteBuffer;
+
+/// One registered region.
+enum Region {
+    /// Registered with the NIC; reads share it, gets into it take it whole (the Rust API
+    /// borrows a buffer exclusively while RDMA writes into it).
+    Rdma {
+        base: usize,
+        len: usize,
+        buf: Arc<RwLock<RdmaBuffer>>,
+    },
+    /// TCP: nothing to register; kept exported for as long as the client, as promised.
+    Kept(#[allow(dead_code)] ByteBuffer),
+}
+
+/// A batch's region and where it starts.
+pub struct Routed {
+    base: usize,
+    buf: Arc<RwLock<RdmaBuffer>>,
+}
+
+#[derive(Default)]
+pub struct Regions {
+    list: Mutex<Vec<Region>>,
+}
+
+impl Regions {
+    pub fn register(&self, client: &RustClient, buffer: ByteBuffer) -> ClientResult<()> {
+        let (base, len) = buffer.span();
+        let region = if client.transport() == "rdma" && len > 0 {
+            Region::Rdma {
+                base,
+                len,
+                buf: Arc::new(RwLock::new(client.register_memory(Box::new(buffer))?)),
+            }
+        } else {
+            Region::Kept(buffer)
+        };
+        self.list
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(region);
+        Ok(())
+    }
+
+    pub fn clear(&self) {
+        self.list.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// The RDMA region holding every one of `buffers`, if there is one.
+    pub fn route(&self, buffers: &[ByteBuffer]) -> Option<Routed> {
+        let list = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        if list.is_empty() || buffers.is_empty() {
+            return None;
+        }
+        list.iter().find_map(|region| match region {
+            Region::Rdma { base, len, buf } => {
+                let inside = buffers.iter().all(|b| {
+                    let (start, n) = b.span();
+                    start >= *base && start + n <= base + len
+                });
+                inside.then(|| Routed {
+                    base: *base,
+                    buf: Arc::clone(buf),
+                })
+            }
+            Region::Kept(_) => None,
+        })
+    }
+}
+
+fn ranges<'k>(
+    keys: &'k [Vec<u8>],
+    buffers: &[ByteBuffer],
+    base: usize,
+) -> Vec<(&'k [u8], std::ops::Range<usize>)> {
+    keys.iter()
+        .map(Vec::as_slice)
+        .zip(buffers)
+        .map(|(k, b)| {
+            let (start, n) = b.span();
+            (k, start - base..start - base + n)
+        })
+        .collect()
+}
+
+/// Stores `values[i]` under `keys[i]`: straight from the registered region when they all lie in
+/// one, else through the client's ordinary batch path.
+pub async fn put_many(
+    client: &RustClient,
+    routed: Option<Routed>,
+    keys: &[Vec<u8>],
+    values: &[ByteBuffer],
+) -> Vec<ClientResult<()>> {
+    match routed {
+        Some(r) => {
+            let buf = r.buf.read().await;
+            client
+                .put_batch_from(&buf, &ranges(keys, values, r.base))
+                .await
+        }
+        None => {
+            let pairs: Vec<(&[u8], &[u8])> = keys
+                .iter()
+                .map(Vec::as_slice)
+                .zip(values.iter().map(ByteBuffer::as_slice))
+                .collect();
+            client.put_batch(&pairs).await
+        }
+    }
+}
+
+/// Reads `keys[i]`'s value into `buffers[i]`: straight into the registered region when they all
+/// lie in one, else copied from the client's ordinary batch path.
+pub async fn get_many_into(
+    client: &RustClient,
+    routed: Option<Routed>,
+    keys: &[Vec<u8>],
+    buffers: &mut [ByteBuffer],
+) -> Vec<ClientResult<Option<usize>>> {
+    match routed {
+        Some(r) => {
+            let mut buf = r.buf.write().await;
+            client
+                .get_batch_into_buffer(&mut buf, &ranges(keys, buffers, r.base))
+                .await
+                .into_iter()
+                .zip(buffers.iter())
+                .map(|(res, b)| {
+                    // The registered-buffer API says TooLarge for a value longer than its range.
+                    res.map_err(|e| match e {
+                        memkv_client::Error::TooLarge { len, .. } => {
+                            memkv_client::Error::BufferTooSmall {
+                                len,
+                                capacity: b.len() as u64,
+                            }
+                        }
+                        other => other,
+                    })
+                })
+                .collect()
+        }
+        None => client.get_batch_into(keys, buffers).await,
+    }
+}
