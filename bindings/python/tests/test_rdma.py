@@ -106,7 +106,7 @@ def test_connector_over_rdma_with_a_registered_arena(
     conn.register(arena)
     chunk = 1 << 20
     arena[: 4 * chunk] = np.tile(pattern(chunk, 5), 4)
-    views = [memoryview(arena[i * chunk : (i + 1) * chunk]) for i in range(4)]
+    views = [arena[i * chunk : (i + 1) * chunk].data for i in range(4)]
     keys = [f"conn/rdma/{i}" for i in range(4)]
     sel = selectors.DefaultSelector()
     sel.register(conn.event_fd(), selectors.EVENT_READ)
@@ -119,7 +119,7 @@ def test_connector_over_rdma_with_a_registered_arena(
                     return c
 
     assert wait(conn.submit_batch_set(keys, views))[1]
-    outs = [memoryview(arena[(8 + i) * chunk : (9 + i) * chunk]) for i in range(4)]
+    outs = [arena[(8 + i) * chunk : (9 + i) * chunk].data for i in range(4)]
     done = wait(conn.submit_batch_get(keys, outs))
     assert done[1], done[2]
     assert np.array_equal(arena[8 * chunk : 12 * chunk], arena[: 4 * chunk])
