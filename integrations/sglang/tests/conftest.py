@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 
 import pytest
 import torch
@@ -24,6 +25,10 @@ from memkv_sglang.backend import MemKVHiCacheStorage
 
 PAGE_SIZE = 4
 LAYERS = 3
+# torch builds SGLang's page-hash C++ extension on first use with ninja, found on PATH; the
+# venv's bin holds the pinned ninja even when the venv is not activated.
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+
 # Client deadline for the tests: short, so a stopped server turns into a miss fast.
 TIMEOUT_MS = 3000
 
