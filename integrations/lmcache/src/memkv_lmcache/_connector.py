@@ -5,8 +5,9 @@ LMCache's factory calls ``MemkvConnector(**adapter_params)`` and wraps the objec
 ``NativeConnectorL2Adapter``, which submits batches, polls ``event_fd()`` from its demux
 thread and calls ``drain_completions()``. All of that is implemented in Rust by
 ``memkv.MemkvConnector`` (submits never block, the GIL is released, buffers are held
-until their completion). This class only validates ``adapter_params`` so a typo is a
-clear error at start-up instead of a silent fallback to environment defaults.
+until their completion). This class validates ``adapter_params``, so a typo is a clear
+error at start-up instead of a silent fallback to environment defaults, and resets the
+eventfd on each drain, which LMCache's consumers rely on.
 """
 
 from __future__ import annotations
