@@ -72,6 +72,8 @@ pub struct ClientConfig {
     pub num_dcis: u32,
     /// Ask servers to MAC every payload (for untrusted networks).
     pub payload_mac: bool,
+    /// Client-side RDMA path MTU cap (`mtu:` in the file); `None`: the port's active MTU.
+    pub rdma_mtu: Option<memkv_fabric::types::Mtu>,
 }
 
 impl ClientConfig {
@@ -87,6 +89,7 @@ impl ClientConfig {
             rdma_devices: Vec::new(),
             num_dcis: DEFAULT_NUM_DCIS,
             payload_mac: false,
+            rdma_mtu: None,
         }
     }
 
@@ -181,6 +184,22 @@ impl ClientConfig {
                 None => DEFAULT_NUM_DCIS.into(),
             },
         } as u32;
+        let rdma_mtu = match raw.mtu {
+            Some(bytes) => Some(
+                memkv_fabric::config::parse_mtu(bytes)
+                    .map_err(|e| Error::Config(format!("{origin}: {e}")))?,
+            ),
+            None => None,
+        };
+        // MemKV client configs carry a licence; memkv has no licence gate.
+        if raw.license.is_some() {
+            tracing::debug!(
+                "{origin}: license is accepted and not needed: memkv has no licence gate"
+            );
+        }
+        if env("MEMKV_LICENSE").is_some() {
+            tracing::debug!("MEMKV_LICENSE is accepted and not needed: memkv has no licence gate");
+        }
         Ok(ClientConfig {
             servers,
             auth_key,
@@ -191,6 +210,7 @@ impl ClientConfig {
             rdma_devices,
             num_dcis,
             payload_mac: raw.payload_mac.unwrap_or(false),
+            rdma_mtu,
         })
     }
 }
@@ -209,6 +229,10 @@ struct RawClientConfig {
     rdma_devices: Option<Vec<String>>,
     num_dcis: Option<u64>,
     payload_mac: Option<bool>,
+    /// RDMA path MTU in bytes (256, 512, 1024, 2048 or 4096), as MemKV client configs give it.
+    mtu: Option<u32>,
+    /// A MemKV licence (file path or text); accepted so MemKV configs load, never used.
+    license: Option<serde_norway::Value>,
 }
 
 fn resolve_servers(

@@ -95,6 +95,7 @@ impl RdmaPath {
         };
         let cfg = FabricConfig {
             pkey_index: config.pkey_index,
+            mtu: config.rdma_mtu,
             ..FabricConfig::default()
         };
         let fabric = match Fabric::start(&cfg, &config.rdma_devices) {

@@ -142,3 +142,22 @@ fn an_empty_file_means_defaults() {
     let c = resolve(Some("\n"), &[("MEMKV_AUTH_KEY", KEY_A)]).unwrap();
     assert_eq!(c.servers, vec![DEFAULT_SERVER]);
 }
+
+#[test]
+fn memkv_client_configs_with_license_and_mtu_load() {
+    let file = format!(
+        "servers: [\"a:1\"]\nauth_key: {KEY_A}\nlicense: /etc/memkv/license.key\nmtu: 2048\n"
+    );
+    let c = resolve(Some(&file), &[("MEMKV_LICENSE", "/etc/memkv/license.key")]).unwrap();
+    assert_eq!(c.rdma_mtu, Some(memkv_fabric::types::Mtu::Mtu2048));
+    let inline = format!("auth_key: {KEY_A}\nlicense:\n  customer: acme\n  key: 0123\n");
+    assert!(resolve(Some(&inline), &[]).unwrap().rdma_mtu.is_none());
+    let e = err(Some(&format!("auth_key: {KEY_A}\nmtu: 9000\n")), &[]);
+    assert!(
+        e.contains("mtu") && e.contains("4096") && e.contains("client.yaml"),
+        "{e}"
+    );
+    // Truly unknown keys are still refused by name.
+    let e = err(Some(&format!("auth_key: {KEY_A}\nlicence_typo: x\n")), &[]);
+    assert!(e.contains("licence_typo"), "{e}");
+}
