@@ -29,7 +29,8 @@ pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 /// How bulk bytes move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
-    /// RDMA when available, else TCP. This build has no RDMA data plane: TCP.
+    /// RDMA when a rail can be used (DC on mlx5 devices, RC elsewhere), else TCP; the first
+    /// RDMA failure switches the process to TCP (logged once at WARN).
     #[default]
     Auto,
     /// TCP only.

@@ -19,7 +19,8 @@ pub(crate) fn advertise(
     RdmaEndpoint {
         lid: local.lid,
         rc_capable: true,
-        // DC is not implemented (see the crate README); never advertise it.
+        // An RC pair's own endpoint; a client with a DCI pool sets this on its Connect, and a
+        // server's DC target advertises itself (`dc::DcTarget::local_endpoint`).
         dc_capable: false,
         full_member: local.pkey_membership == Membership::Full,
         dc_target: false,
