@@ -9,6 +9,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -239,6 +240,44 @@ def test_frozen_server_costs_one_deadline_per_call_not_a_hang(manager, server):
             futures[0].result(limit)
     # Once the server answers again, so does the backend.
     assert_chunk(manager.get(key(16), location="memkv"), "c16")
+
+
+def test_puts_hold_their_objects_until_done_and_release_them(manager):
+    backend = backend_of(manager)
+    objs = [chunk(manager, f"r{i}") for i in range(3)]
+    futures = backend.batched_submit_put_task([key(30 + i) for i in range(3)], objs)
+    for f in futures:
+        f.result(DEADLINE_S)
+    assert [o.meta.ref_count for o in objs] == [1, 1, 1]  # only the test's own reference is left
+    assert backend.batched_contains([key(30), key(31), key(32)]) == 3
+    for o in objs:
+        o.ref_count_down()
+
+
+def test_concurrent_puts_and_gets_from_many_threads(manager):
+    backend = backend_of(manager)
+    errors: list[str] = []
+
+    def worker(t: int) -> None:
+        ids = [1000 + t * 100 + i for i in range(8)]
+        objs = [chunk(manager, f"t{i}") for i in ids]
+        for f in backend.batched_submit_put_task([key(i) for i in ids], objs) or []:
+            f.result(DEADLINE_S)
+        for o in objs:
+            o.ref_count_down()
+        for i, obj in zip(ids, backend.batched_get_blocking([key(i) for i in ids]), strict=True):
+            if obj is None or bytes(obj.byte_array) != pattern(f"t{i}", len(obj.byte_array)):
+                errors.append(f"thread {t} key {i}")
+            if obj is not None:
+                obj.ref_count_down()
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not any(th.is_alive() for th in threads)
+    assert errors == []
 
 
 def test_scheduler_role_has_no_cpu_memory_but_answers_lookups(manager, server, tmp_path):
