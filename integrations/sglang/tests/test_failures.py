@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
+import signal
 import time
 
 import memkv.testing
@@ -105,3 +107,32 @@ def test_one_of_two_servers_stopped(make_backend, monkeypatch):
         assert page_bytes(pool, dst) == [want[i] for i in stored]
         # A batch that includes a page on the stopped server loads nothing.
         assert timed(backend.batch_get_v1, keys, pool.alloc(n * ps)) == [False] * n
+
+
+def test_frozen_server_times_out(make_backend, monkeypatch):
+    """A server that stops answering (SIGSTOP: connections stay open, nothing comes back)
+    costs the client deadline, then a miss; it does not hang SGLang's threads."""
+    with servers_sharing_a_key(1, monkeypatch) as [srv]:
+        pool = mha_host_pool()
+        backend = make_backend(
+            host_pool=pool, v1=True, servers=[srv.address], auth_key=srv.auth_key
+        )
+        n = 3
+        src = pool.alloc(n * pool.page_size)
+        fill_random(pool, src, seed=8)
+        keys = hashes(n)
+        assert backend.batch_set_v1(keys, src) == [True] * n
+        # MemkvServer offers stop() only; its process handle is what can be paused.
+        pid = srv._proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            assert timed(backend.batch_exists, keys) == 0
+            dst = pool.alloc(n * pool.page_size)
+            before = page_bytes(pool, dst)
+            assert timed(backend.batch_get_v1, keys, dst) == [False] * n
+            assert page_bytes(pool, dst) == before
+            assert timed(backend.batch_set_v1, hashes(n), src) == [False] * n
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # Once it answers again, so does the backend.
+        assert backend.batch_exists(keys) == n
