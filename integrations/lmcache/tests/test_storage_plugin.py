@@ -299,6 +299,21 @@ def test_scheduler_role_has_no_cpu_memory_but_answers_lookups(manager, server, t
         loop.close()
 
 
+def test_settings_left_out_come_from_memkv_environment(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMKV_SERVERS", server.address)
+    monkeypatch.setenv("MEMKV_AUTH_KEY", server.auth_key)
+    monkeypatch.setenv("MEMKV_TRANSPORT", "tcp")
+    config = LMCacheEngineConfig.from_file(str(write_config(tmp_path, server)))
+    for name in ("servers", "auth_key", "transport"):
+        del config.extra_config[f"storage_plugin.memkv.{name}"]
+    sm = StorageManager(config, metadata(), EventManager())
+    try:
+        put_and_wait(sm, [19])
+        assert_chunk(sm.get(key(19), location="memkv"), "c19")
+    finally:
+        sm.close()
+
+
 def test_unknown_setting_is_refused_by_name(server, tmp_path):
     config = LMCacheEngineConfig.from_file(str(write_config(tmp_path, server)))
     config.extra_config["storage_plugin.memkv.server"] = server.address
