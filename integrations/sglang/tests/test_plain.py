@@ -144,3 +144,26 @@ def test_metrics_are_reported_and_drained(make_backend):
     assert stats.backup_pgs == [2] and stats.prefetch_pgs == [2]
     assert all(bw > 0 for bw in stats.backup_bandwidth + stats.prefetch_bandwidth)
     assert backend.get_stats().backup_pgs == []
+
+
+def test_key_prefix_separates_tenants_and_servers_may_be_a_string(server, model_name):
+    def build(**more):
+        extra = dynamic_extra(f" {server.address} ", server.auth_key, **more)
+        return create(storage_config(model_name=model_name, extra=extra))
+
+    tenant_a, tenant_b, default = build(key_prefix="tenant-a"), build(key_prefix="tenant-b"), build()
+    try:
+        [p] = pages(1)
+        assert tenant_a.set("page", p)
+        assert tenant_a.keys.namespace.startswith("tenant-a_")
+        assert not tenant_b.exists("page") and not default.exists("page")
+    finally:
+        for b in (tenant_a, tenant_b, default):
+            b.close()
+
+
+def test_bad_servers_option_is_named(server, model_name):
+    extra = dynamic_extra(server.address, server.auth_key)
+    extra["servers"] = 9900
+    with pytest.raises(ValueError, match="'servers'"):
+        create(storage_config(model_name=model_name, extra=extra))
