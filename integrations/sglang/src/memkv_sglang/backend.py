@@ -30,12 +30,9 @@ from sglang.srt.mem_cache.hicache_storage import (
 
 from memkv_sglang.keys import KeyScheme, pool_format
 from memkv_sglang.pages import ObjectRanges, group_objects, view_at
+from memkv_sglang.plain import PlainPages
 
 logger = logging.getLogger(__name__)
-
-# extra_config keys this backend reads (besides SGLang's own backend_name /
-# module_path / class_name / interface_v1).
-CLIENT_OPTIONS = ("servers", "auth_key", "transport", "timeout_ms", "config")
 
 
 def _servers(value: Any) -> Optional[List[str]]:
@@ -75,17 +72,7 @@ def _failed_keys(err: Exception, attempted: Sequence[str]) -> set:
     return {k.decode() if isinstance(k, (bytes, bytearray)) else str(k) for k in raw}
 
 
-def _tensor_bytes(value: torch.Tensor):
-    """A C-contiguous CPU byte view of a tensor (copies only when it must)."""
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"expected a torch.Tensor page, got {type(value).__name__}")
-    t = value.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    return t.contiguous().reshape(-1).view(torch.uint8).numpy()
-
-
-class MemKVHiCacheStorage(HiCacheStorage):
+class MemKVHiCacheStorage(PlainPages, HiCacheStorage):
     def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
         # SGLang's "dynamic" loader calls cls(storage_config, kwargs).
         if storage_config is None:
@@ -271,110 +258,6 @@ class MemKVHiCacheStorage(HiCacheStorage):
 
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
-
-    # ---- plain interface: one flat page tensor per key ---------------------------
-
-    def set(
-        self,
-        key: str,
-        value: Optional[Any] = None,
-        target_location: Optional[Any] = None,
-        target_sizes: Optional[Any] = None,
-    ) -> bool:
-        return self.batch_set([key], [value])
-
-    def batch_set(
-        self,
-        keys: List[str],
-        values: Optional[Any] = None,
-        target_locations: Optional[Any] = None,
-        target_sizes: Optional[Any] = None,
-    ) -> bool:
-        if not keys:
-            return True
-        if values is None or len(values) != len(keys):
-            raise ValueError(
-                f"batch_set needs one page tensor per key: {len(keys)} keys, "
-                f"{'no' if values is None else len(values)} values"
-            )
-        names = [self.keys.flat_page(k) for k in keys]
-        present = self._exists_objects(names) or [False] * len(names)
-        items = [(n, _tensor_bytes(v)) for n, v, p in zip(names, values, present) if not p]
-        start = time.perf_counter()
-        if items:
-            try:
-                self.client.put_many(items)
-            except memkv.Error as e:
-                logger.warning("memkv: storing %d pages failed: %s", len(items), e)
-                return False
-        self._record(
-            self._backup_pgs, self._backup_bw, len(keys), sum(b.nbytes for _, b in items), start
-        )
-        return True
-
-    def get(
-        self,
-        key: str,
-        target_location: Optional[Any] = None,
-        target_sizes: Optional[Any] = None,
-    ) -> torch.Tensor | None:
-        targets = None if target_location is None else [target_location]
-        return self.batch_get([key], targets)[0]
-
-    def batch_get(
-        self,
-        keys: List[str],
-        target_locations: Optional[Any] = None,
-        target_sizes: Optional[Any] = None,
-    ) -> List[torch.Tensor | None]:
-        if not keys:
-            return []
-        names = [self.keys.flat_page(k) for k in keys]
-        start = time.perf_counter()
-        if target_locations is None:
-            # No destination given: return the stored bytes as uint8 tensors.
-            try:
-                values = self.client.get_many(names)
-            except memkv.Error as e:
-                logger.warning("memkv: reading %d pages failed: %s", len(keys), e)
-                return [None] * len(keys)
-            return [
-                None if v is None else torch.frombuffer(bytearray(v), dtype=torch.uint8)
-                for v in values
-            ]
-        if len(target_locations) != len(keys):
-            raise ValueError(
-                f"batch_get needs one target tensor per key: {len(keys)} keys, "
-                f"{len(target_locations)} targets"
-            )
-        buffers = []
-        for t in target_locations:
-            direct = t.device.type == "cpu" and t.is_contiguous()
-            # Read straight into the caller's tensor when its memory allows it.
-            buffers.append(
-                t.reshape(-1).view(torch.uint8).numpy()
-                if direct
-                else bytearray(t.numel() * t.element_size())
-            )
-        try:
-            lengths = self.client.get_many_into(names, buffers)
-        except memkv.Error as e:
-            logger.warning("memkv: reading %d pages failed: %s", len(keys), e)
-            return [None] * len(keys)
-        out: List[torch.Tensor | None] = []
-        read = 0
-        for t, buf, n in zip(target_locations, buffers, lengths):
-            want = t.numel() * t.element_size()
-            if n is None or n != want:
-                out.append(None)
-                continue
-            if isinstance(buf, bytearray):
-                src = torch.frombuffer(buf, dtype=torch.uint8).view(t.dtype).reshape(t.shape)
-                t.copy_(src)
-            out.append(t)
-            read += want
-        self._record(self._prefetch_pgs, self._prefetch_bw, len(keys), read, start)
-        return out
 
     # ---- housekeeping ----------------------------------------------------------------
 
