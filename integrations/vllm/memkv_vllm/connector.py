@@ -138,11 +138,21 @@ class MemkvConnector(KVConnectorBase_V1):
             self._failed_blocks: set[int] = set()
             self.stats = {"loaded_chunks": 0, "loaded_bytes": 0, "failed_chunks": 0,
                           "saved_chunks": 0, "saved_bytes": 0, "save_failures": 0}
+        if role == KVConnectorRole.SCHEDULER:
+            self._warm_up()  # the worker warms up once its KV cache is registered
         logger.info(
             "memkv_vllm %s: namespace %s (%s), block %d tokens, %d layers, page %d bytes, roles "
             "load=%s save=%s", who, self._namespace, layout.model, self._block_size,
             len(self._layer_names), self._page_bytes, self._may_load, self._may_save,
         )
+
+    def _warm_up(self) -> None:
+        """Connect now, so the first request does not pay for the connection; a server that is
+        down only means recomputing until it is back."""
+        try:
+            self._store.call("exists_many", [f"vllm/{self._namespace}/warm-up"])
+        except StoreUnavailable:
+            pass
 
     # ------------------------------------------------------------------ scheduler side
 
@@ -188,11 +198,15 @@ class MemkvConnector(KVConnectorBase_V1):
             for rank in range(self._tp_size)
             for key in K.chunk_keys(self._namespace, rank, h, self._layer_names)
         ]
+        t0 = time.perf_counter()
         try:
             found = self._store.call("exists_many", keys)
         except StoreUnavailable:
             return 0
-        return K.leading_hits(found, self._tp_size * len(self._layer_names))
+        hits = K.leading_hits(found, self._tp_size * len(self._layer_names))
+        logger.debug("memkv_vllm: lookup of %d chunks (%d keys): %d held, %.1f ms", len(hashes),
+                     len(keys), hits, (time.perf_counter() - t0) * 1e3)
+        return hits
 
     def update_state_after_alloc(
         self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
@@ -260,6 +274,7 @@ class MemkvConnector(KVConnectorBase_V1):
         ranges = host_ranges(self._pages.values())
         # Registered once: with RDMA the NIC then reads and writes the pages directly.
         self._store.register([range_view(s, e) for s, e in ranges])
+        self._warm_up()
         zero_copy = all(p.zero_copy for p in self._pages.values())
         logger.info(
             "memkv_vllm worker rank %d: %d layers, %d blocks, %s; %d host range(s), %.1f MiB "
