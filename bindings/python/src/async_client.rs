@@ -8,9 +8,9 @@ use pyo3::types::{PyBytes, PyTuple};
 use pyo3_async_runtimes::tokio::future_into_py;
 
 use crate::buffer::ByteBuffer;
-use crate::client::{Shared, check_counts, items, writable_all};
+use crate::client::{Shared, bytes_or_none, check_counts, items, writable_all};
 use crate::config::Args;
-use crate::errors::{collect, to_py};
+use crate::errors::{collect, none, plain, to_py};
 use crate::keys;
 use crate::regions;
 
@@ -104,7 +104,7 @@ impl AsyncClient {
         let routed = self.shared.regions.route(&values);
         future_into_py(py, async move {
             let results = regions::put_many(&c, routed, &keys, &values).await;
-            collect("put_many", &keys, results).map(drop)
+            collect("put_many", &keys, results, none).map(drop)
         })
     }
 
@@ -117,8 +117,7 @@ impl AsyncClient {
         let keys = keys::keys(keys)?;
         future_into_py(py, async move {
             let results = c.get_batch(&keys).await;
-            let values = collect("get_many", &keys, results)?;
-            Ok(values.into_iter().map(to_bytes).collect::<Vec<_>>())
+            collect("get_many", &keys, results, bytes_or_none)
         })
     }
 
@@ -135,7 +134,7 @@ impl AsyncClient {
         let routed = self.shared.regions.route(&bufs);
         future_into_py(py, async move {
             let results = regions::get_many_into(&c, routed, &keys, &mut bufs).await;
-            collect("get_many_into", &keys, results)
+            collect("get_many_into", &keys, results, plain)
         })
     }
 
@@ -148,7 +147,7 @@ impl AsyncClient {
         let keys = keys::keys(keys)?;
         future_into_py(py, async move {
             let results = c.exists_batch(&keys).await;
-            collect("exists_many", &keys, results)
+            collect("exists_many", &keys, results, plain)
         })
     }
 
@@ -161,7 +160,7 @@ impl AsyncClient {
         let keys = keys::keys(keys)?;
         future_into_py(py, async move {
             let results = c.delete_batch(&keys).await;
-            collect("delete_many", &keys, results)
+            collect("delete_many", &keys, results, plain)
         })
     }
 

@@ -9,7 +9,7 @@ use pyo3::types::{PyBytes, PyTuple};
 
 use crate::buffer::ByteBuffer;
 use crate::config::Args;
-use crate::errors::{collect, to_py};
+use crate::errors::{collect, none, plain, to_py};
 use crate::keys;
 use crate::regions::{self, Regions};
 use crate::runtime::block_on;
@@ -82,26 +82,29 @@ pub fn writable_all(buffers: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<Byte
         .collect()
 }
 
+fn two<T>(v: Vec<T>) -> Option<(T, T)> {
+    let [a, b]: [T; 2] = v.try_into().ok()?;
+    Some((a, b))
+}
+
 /// `(key, value)` pairs from any iterable.
 pub fn items(items: &Bound<'_, PyAny>) -> PyResult<(Vec<Vec<u8>>, Vec<ByteBuffer>)> {
     let mut keys = Vec::new();
     let mut values = Vec::new();
     for (i, item) in items.try_iter()?.enumerate() {
         let item = item?;
-        let pair = item
-            .cast::<PyTuple>()
+        // A tuple or a list of two; extraction refuses anything else.
+        let pair: Option<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = item
+            .extract()
             .ok()
-            .filter(|t| t.len() == 2)
-            .ok_or_else(|| {
-                pyo3::exceptions::PyTypeError::new_err(format!(
-                    "items[{i}]: expected a (key, value) pair"
-                ))
-            })?;
-        keys.push(keys::key(&pair.get_item(0)?)?);
-        values.push(ByteBuffer::readable(
-            &pair.get_item(1)?,
-            &format!("items[{i}] value"),
-        )?);
+            .or_else(|| item.extract::<Vec<Bound<'_, PyAny>>>().ok().and_then(two));
+        let (key, value) = pair.ok_or_else(|| {
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "items[{i}]: expected a (key, value) pair"
+            ))
+        })?;
+        keys.push(keys::key(&key)?);
+        values.push(ByteBuffer::readable(&value, &format!("items[{i}] value"))?);
     }
     Ok((keys, values))
 }
@@ -113,6 +116,14 @@ pub fn check_counts(keys: usize, buffers: usize) -> PyResult<()> {
         )));
     }
     Ok(())
+}
+
+/// A value as `bytes`, a miss as `None`.
+pub fn bytes_or_none(py: Python<'_>, value: Option<Vec<u8>>) -> PyResult<Py<PyAny>> {
+    Ok(match value {
+        Some(v) => PyBytes::new(py, &v).into_any().unbind(),
+        None => py.None(),
+    })
 }
 
 /// A blocking memkv client.
@@ -155,7 +166,7 @@ impl Client {
                     py,
                     regions::put_many(&c, Some(routed), &keys, std::slice::from_ref(&value)),
                 );
-                collect("put", &keys, results).map(drop)
+                collect("put", &keys, results, none).map(drop)
             }
             None => block_on(py, c.put(&key, value.as_slice())).map_err(to_py),
         }
@@ -216,22 +227,14 @@ impl Client {
             .zip(values.iter().map(ByteBuffer::as_slice))
             .collect();
         let results = block_on(py, c.put_batch(&pairs));
-        collect("put_many", &keys, results).map(drop)
+        collect("put_many", &keys, results, none).map(drop)
     }
 
-    fn get_many<'py>(
-        &self,
-        py: Python<'py>,
-        keys: &Bound<'py, PyAny>,
-    ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
+    fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
         let c = self.shared.get()?;
         let keys = keys::keys(keys)?;
         let results = block_on(py, c.get_batch(&keys));
-        let values = collect("get_many", &keys, results)?;
-        Ok(values
-            .into_iter()
-            .map(|v| v.map(|v| PyBytes::new(py, &v)))
-            .collect())
+        collect("get_many", &keys, results, bytes_or_none)
     }
 
     fn get_many_into(
@@ -239,28 +242,28 @@ impl Client {
         py: Python<'_>,
         keys: &Bound<'_, PyAny>,
         buffers: &Bound<'_, PyAny>,
-    ) -> PyResult<Vec<Option<usize>>> {
+    ) -> PyResult<Vec<Py<PyAny>>> {
         let c = self.shared.get()?;
         let keys = keys::keys(keys)?;
         let mut bufs = writable_all(buffers, "buffers")?;
         check_counts(keys.len(), bufs.len())?;
         let routed = self.shared.regions.route(&bufs);
         let results = block_on(py, regions::get_many_into(&c, routed, &keys, &mut bufs));
-        collect("get_many_into", &keys, results)
+        collect("get_many_into", &keys, results, plain)
     }
 
-    fn exists_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
+    fn exists_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
         let c = self.shared.get()?;
         let keys = keys::keys(keys)?;
         let results = block_on(py, c.exists_batch(&keys));
-        collect("exists_many", &keys, results)
+        collect("exists_many", &keys, results, plain)
     }
 
-    fn delete_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
+    fn delete_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
         let c = self.shared.get()?;
         let keys = keys::keys(keys)?;
         let results = block_on(py, c.delete_batch(&keys));
-        collect("delete_many", &keys, results)
+        collect("delete_many", &keys, results, plain)
     }
 
     fn register(&self, py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<()> {

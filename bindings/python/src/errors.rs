@@ -1,7 +1,7 @@
 //! The exception hierarchy: `memkv.Error` and one subclass per kind of failure a caller acts
 //! on differently. Messages are the client's own (they name the server and the limit).
 
-use memkv_client::Error as ClientError;
+use memkv_client::{Error as ClientError, Result as ClientResult};
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -65,7 +65,7 @@ pub fn to_py(err: ClientError) -> PyErr {
 
 /// One exception for a batch in which some items failed: it names every failed key with its
 /// reason, and carries the keys as `.keys` (in the caller's order).
-pub fn batch_error(op: &str, total: usize, failed: Vec<(Vec<u8>, ClientError)>) -> PyErr {
+pub fn batch_error(op: &str, total: usize, failed: &[(Vec<u8>, ClientError)]) -> PyErr {
     let same_class = failed
         .windows(2)
         .all(|w| class(&w[0].1) as usize == class(&w[1].1) as usize);
@@ -74,7 +74,7 @@ pub fn batch_error(op: &str, total: usize, failed: Vec<(Vec<u8>, ClientError)>) 
     } else {
         Error::new_err
     };
-    let err = make(describe(op, total, &failed));
+    let err = make(describe(op, total, failed));
     Python::attach(|py| {
         let keys: Vec<&[u8]> = failed.iter().map(|(k, _)| k.as_slice()).collect();
         if let Ok(list) = PyList::new(py, keys) {
@@ -98,26 +98,54 @@ pub fn describe(op: &str, total: usize, failed: &[(Vec<u8>, ClientError)]) -> St
     )
 }
 
-/// Splits batch results into values and failures; fails as a whole when any item failed.
+/// Converts a batch's results for Python; when any item failed, raises one exception (see
+/// `batch_error`) whose `.results` holds every item's outcome: its value, or the exception of
+/// the item that failed, so callers keep what succeeded.
 pub fn collect<T>(
     op: &str,
     keys: &[Vec<u8>],
-    results: Vec<memkv_client::Result<T>>,
-) -> PyResult<Vec<T>> {
-    let total = results.len();
-    let mut values = Vec::with_capacity(total);
-    let mut failed = Vec::new();
-    for (key, r) in keys.iter().zip(results) {
-        match r {
-            Ok(v) => values.push(v),
-            Err(e) => failed.push((key.clone(), e)),
+    results: Vec<ClientResult<T>>,
+    convert: impl Fn(Python<'_>, T) -> PyResult<Py<PyAny>>,
+) -> PyResult<Vec<Py<PyAny>>> {
+    Python::attach(|py| {
+        let total = results.len();
+        let mut outcomes: Vec<Result<Py<PyAny>, ClientError>> = Vec::with_capacity(total);
+        let mut failed = Vec::new();
+        for (key, r) in keys.iter().zip(results) {
+            match r {
+                Ok(v) => outcomes.push(Ok(convert(py, v)?)),
+                Err(e) => {
+                    failed.push((key.clone(), e.clone()));
+                    outcomes.push(Err(e));
+                }
+            }
         }
-    }
-    if failed.is_empty() {
-        Ok(values)
-    } else {
-        Err(batch_error(op, total, failed))
-    }
+        if failed.is_empty() {
+            return Ok(outcomes.into_iter().flatten().collect());
+        }
+        let err = batch_error(op, total, &failed);
+        let per_item: Vec<Py<PyAny>> = outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|e| to_py(e).into_value(py).into_any()))
+            .collect();
+        err.value(py)
+            .setattr("results", PyList::new(py, per_item)?)?;
+        Err(err)
+    })
+}
+
+/// `convert` for operations that return nothing (puts): `None`.
+pub fn none(py: Python<'_>, _done: ()) -> PyResult<Py<PyAny>> {
+    Ok(py.None())
+}
+
+/// `convert` for values that convert as they are (bool, int, None).
+pub fn plain<T>(py: Python<'_>, v: T) -> PyResult<Py<PyAny>>
+where
+    T: for<'py> pyo3::IntoPyObject<'py>,
+{
+    use pyo3::IntoPyObjectExt;
+    v.into_py_any(py)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -17,7 +17,14 @@ pub fn key(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     )))
 }
 
+/// Keys from any iterable of keys. A lone `str` or `bytes` is refused: iterating it would
+/// silently make one key per character.
 pub fn keys(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u8>>> {
+    if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
+        return Err(PyTypeError::new_err(
+            "keys: expected a list of keys, not a single str or bytes",
+        ));
+    }
     obj.try_iter()?.map(|k| key(&k?)).collect()
 }
 

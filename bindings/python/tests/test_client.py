@@ -98,7 +98,29 @@ def test_put_many_names_every_failed_key(client: memkv.Client) -> None:
     assert "2 of 4 keys failed" in message
     assert long_a in message and long_b in message
     assert info.value.keys == [long_a.encode(), long_b.encode()]
+    assert info.value.results[0] is None and info.value.results[2] is None
+    assert isinstance(info.value.results[1], memkv.TooLargeError)
     assert client.get_many(["ok1", "ok2"]) == [b"1", b"2"]
+
+
+def test_a_failed_batch_read_keeps_what_succeeded(client: memkv.Client) -> None:
+    client.put_many([("kept/a", b"abc"), ("kept/b", b"abcdefgh")])
+    bufs = [bytearray(4), bytearray(4), bytearray(4)]
+    with pytest.raises(memkv.TooLargeError) as info:
+        client.get_many_into(["kept/a", "kept/b", "kept/none"], bufs)
+    assert info.value.keys == [b"kept/b"]
+    assert info.value.results[0] == 3 and info.value.results[2] is None
+    assert isinstance(info.value.results[1], memkv.TooLargeError)
+    assert bufs[0][:3] == b"abc"
+
+
+def test_batch_arguments_are_checked(client: memkv.Client) -> None:
+    with pytest.raises(TypeError, match="not a single str"):
+        client.get_many("abc")
+    with pytest.raises(TypeError, match=r"items\[1\]: expected a \(key, value\) pair"):
+        client.put_many([("a", b"1"), ("b",)])  # type: ignore[list-item]
+    client.put_many([["as-list", b"1"]])  # type: ignore[list-item]
+    assert client.get("as-list") == b"1"
 
 
 def test_get_many_into_needs_one_buffer_per_key(client: memkv.Client) -> None:

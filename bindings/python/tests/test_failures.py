@@ -137,3 +137,25 @@ def test_version_is_the_workspace_version() -> None:
     text = cargo.read_text()
     version = text.split("[workspace.package]")[1].split('version = "')[1].split('"')[0]
     assert memkv.__version__ == version
+
+
+def test_a_paused_server_costs_one_deadline_not_a_hang() -> None:
+    with MemkvServer() as srv:
+        c = srv.client(timeout_ms=500)
+        c.put("k", b"v")
+        srv.pause()
+        try:
+            with pytest.raises(memkv.TimeoutError, match=srv.address):
+                c.get("k")
+        finally:
+            srv.resume()
+        assert c.get("k") == b"v"
+
+
+def test_servers_of_one_fleet_share_a_key() -> None:
+    with MemkvServer() as a, MemkvServer(auth_key=a.auth_key) as b:
+        c = memkv.Client(servers=[a.address, b.address], auth_key=a.auth_key)
+        keys = [f"fleet/{i}" for i in range(64)]
+        c.put_many([(k, k.encode()) for k in keys])
+        assert c.get_many(keys) == [k.encode() for k in keys]
+        assert {srv.address for srv in (a, b)} == set(c.servers)

@@ -27,9 +27,11 @@ Servers = Sequence[str] | str
 Transport = Literal["auto", "tcp", "rdma"]
 
 class Error(Exception):
-    """Any memkv failure. Batch failures carry the failed keys as ``keys``."""
+    """Any memkv failure. A failed batch call also carries ``keys`` (the keys that failed) and
+    ``results`` (every item's outcome in order: its value, or the ``Error`` of its failure)."""
 
     keys: list[bytes]
+    results: list[object]
 
 class TimeoutError(Error): ...
 class AuthenticationError(Error): ...

@@ -58,9 +58,11 @@ class MemkvServer:
         max_size: str = "256 MiB",
         extra_yaml: str = "",
         start_timeout: float = 30.0,
+        auth_key: str | None = None,
     ) -> None:
         self.binary = find_binary(binary)
-        self.auth_key = secrets.token_hex(32)
+        # Several servers of one fleet share a key: pass the same one to each.
+        self.auth_key = auth_key or secrets.token_hex(32)
         self._dir = tempfile.TemporaryDirectory(prefix="memkv-test-")
         config = Path(self._dir.name) / "config.yaml"
         config.write_text(
@@ -127,9 +129,22 @@ class MemkvServer:
     def running(self) -> bool:
         return self._proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def pause(self) -> None:
+        """SIGSTOP: the server keeps its connections but answers nothing (a hung host)."""
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        self._proc.send_signal(signal.SIGCONT)
+
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM, then SIGKILL if it has not exited within ``timeout``; idempotent."""
         if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
             self._proc.send_signal(signal.SIGTERM)
             try:
                 self._proc.wait(timeout)
