@@ -86,6 +86,11 @@ class _Request:
 
 
 class MemkvConnector(KVConnectorBase_V1):
+    @property
+    def requires_kv_delivery(self) -> bool:
+        # A cache, not a hand-off: a save lost to preemption is only a future miss.
+        return False
+
     def __init__(
         self,
         vllm_config: VllmConfig,

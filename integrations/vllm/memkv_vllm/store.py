@@ -47,7 +47,7 @@ class Store:
         self._registered.extend(buffers)
         with self._lock:
             client = self._client
-        if client is not None:
+        if client is not None and _registers(client):
             for buf in buffers:
                 client.register(buf)
 
@@ -59,8 +59,9 @@ class Store:
                 raise StoreUnavailable("memkv is backing off after a failure")
             try:
                 client = memkv.Client(**self._kwargs)
-                for buf in self._registered:
-                    client.register(buf)
+                if _registers(client):
+                    for buf in self._registered:
+                        client.register(buf)
             except (memkv.Error, ValueError, OSError) as e:
                 self._down_until = time.monotonic() + self._retry_after_s
                 logger.warning(
@@ -101,3 +102,12 @@ class Store:
             client, self._client = self._client, None
         if client is not None:
             client.close()
+
+
+def _registers(client: Any) -> bool:
+    """Whether to register host memory with this client: only where RDMA can use it.
+
+    Registration is for RDMA; over TCP it does nothing useful, and measured with memkv 0.1.0 it
+    made get_many_into about 1.4x slower (124 values of 128 KiB: 14.2 ms against 9.9 ms).
+    """
+    return not str(client.transport).startswith("tcp")
