@@ -187,11 +187,22 @@ async fn reap(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
 /// Runs a server until SIGINT or SIGTERM, then drains and returns.
 pub async fn run_until_signal(config: ServerConfig) -> anyhow::Result<()> {
     let server = Server::start(config).await?;
+    // A Type=notify unit counts the server as started only now, when both listeners serve.
+    notify_systemd(sd_notify::NotifyState::Ready);
     wait_for_signal().await;
     tracing::info!("signal received: draining in-flight requests");
+    notify_systemd(sd_notify::NotifyState::Stopping);
     server.shutdown().await?;
     tracing::info!("stopped cleanly");
     Ok(())
+}
+
+/// Tells the service manager about a state change when it asked to be told (NOTIFY_SOCKET);
+/// failing to tell it only costs a log line.
+fn notify_systemd(state: sd_notify::NotifyState<'_>) {
+    if let Err(e) = sd_notify::notify(&[state]) {
+        tracing::warn!("cannot notify the service manager (NOTIFY_SOCKET): {e}");
+    }
 }
 
 async fn wait_for_signal() {
