@@ -146,6 +146,13 @@ def stored_bytes(admin: str) -> int:
         return int(json.load(r)["storage"]["used_bytes_total"])
 
 
+def bytes_served(admin: str) -> int:
+    """The server's memkv_bytes_out_total (all transports) from its Prometheus metrics."""
+    with urllib.request.urlopen(f"http://{admin}/v1/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return sum(int(float(m)) for m in re.findall(r"^memkv_bytes_out_total(?:\{[^}]*\})? (\S+)$", text, re.M))
+
+
 # ---------------------------------------------------------------------------- the scenario
 
 
@@ -186,7 +193,9 @@ def main() -> int:
             ps = ["P"] * args.repeat
             r["memkv-A"] = run_engine("memkv-A", dict(mk, prompts=["P"]), work, args.timeout)
             after_a = stored_bytes(srv.admin)
+            served_before_b = bytes_served(srv.admin)
             r["memkv-B"] = run_engine("memkv-B", dict(mk, prompts=ps + ["Q"]), work, args.timeout)
+            served_to_b = bytes_served(srv.admin) - served_before_b
             r["files-A"] = run_engine("files-A", dict(ex, prompts=["P"]), work, args.timeout)
             r["files-B"] = run_engine("files-B", dict(ex, prompts=ps), work, args.timeout)
             evict = dict(mk, connector="EvictingMemkvConnector", module="tests.faults", prompts=["P"])
@@ -206,6 +215,7 @@ def main() -> int:
         "q_prefill_s_median": {"memkv-B (half loaded)": statistics.median(r["memkv-B"]["Q"]["seconds"]),
                                "down (recomputed)": statistics.median(r["down"]["Q"]["seconds"])},
         "stored_bytes_after_A": after_a,
+        "server_bytes_out_during_B": served_to_b,
         "b_loads": r["memkv-B"]["_memkv"]["loads"],
         "evict_loads": r["evict"]["_memkv"]["loads"],
         "wall_s": time.perf_counter() - t_start,
@@ -240,6 +250,9 @@ def check(r: dict, s: dict, p_chunks: int, q_shared: int, page: int, reps: int) 
         bad.append(f"memkv-A saved {r['memkv-A']['_memkv']['saved_chunks']} chunks, want >= {p_chunks}")
     if s["stored_bytes_after_A"] < p_chunks * 4 * page:
         bad.append(f"server holds {s['stored_bytes_after_A']} bytes after A, want >= {p_chunks * 4 * page}")
+    want_out = (reps * p_chunks + q_shared) * 4 * page
+    if s["server_bytes_out_during_B"] < want_out:
+        bad.append(f"the server sent {s['server_bytes_out_during_B']} bytes during B, want >= {want_out}")
     want_loads = [(p_chunks, p_chunks)] * reps + [(q_shared, q_shared)]
     if s["b_loads"] != want_loads:
         bad.append(f"memkv-B loads (loaded, planned) {s['b_loads']}, want {want_loads}")
