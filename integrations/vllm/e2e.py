@@ -73,9 +73,13 @@ def engine(spec: dict) -> dict:
         kv_role="kv_both",
         kv_connector_extra_config=spec["extra"],
     )
+    # ExampleConnector saves only the part of a prompt computed in its first step, then tries
+    # to load the whole prompt; give it one step for the whole prompt (chunked prefill splits
+    # prompts over 4,096 tokens otherwise). MemkvConnector saves each step's chunks.
+    batched = spec["max_len"] if spec["connector"] == "ExampleConnector" else None
     llm = LLM(
         model=spec["model"], skip_tokenizer_init=True, dtype="bfloat16", enforce_eager=True,
-        kv_transfer_config=ktc, max_model_len=spec["max_len"],
+        kv_transfer_config=ktc, max_model_len=spec["max_len"], max_num_batched_tokens=batched,
         # vLLM's own prefix cache would answer Q's shared prefix before any connector is asked.
         enable_prefix_caching=False,
         # On CPU this is the share of host memory vLLM insists is free at start-up; the KV
