@@ -1,0 +1,118 @@
+"""The scheduler side's arithmetic: what is claimed, loaded and saved, step by step.
+
+The connector is built without vLLM's engine (no __init__), with memkv's answer faked by
+``held``: the number of leading chunks the lookup finds."""
+
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("vllm")
+from memkv_vllm.connector import MemkvConnector, MemkvConnectorMetadata  # noqa: E402
+
+BS = 128
+
+
+def scheduler(held: int, may_load=True, may_save=True) -> MemkvConnector:
+    c = object.__new__(MemkvConnector)
+    c._block_size = BS
+    c._requests = {}
+    c._may_load, c._may_save = may_load, may_save
+    c._lookup = lambda hashes: min(held, len(hashes))
+    return c
+
+
+def request(n_tokens: int, rid="r1"):
+    return SimpleNamespace(request_id=rid, prompt_token_ids=list(range(n_tokens)), mm_features=[],
+                           prompt_embeds=None, lora_request=None, cache_salt=None)
+
+
+def step(c, req, computed_before, scheduled, blocks):
+    out = SimpleNamespace(
+        scheduled_new_reqs=[SimpleNamespace(req_id=req.request_id, block_ids=(blocks,),
+                                            num_computed_tokens=computed_before)],
+        scheduled_cached_reqs=SimpleNamespace(req_ids=[], resumed_req_ids=set(), new_block_ids=[],
+                                              num_computed_tokens=[]),
+        num_scheduled_tokens={req.request_id: scheduled},
+    )
+    return c.build_connector_meta(out)
+
+
+def cached_step(c, req, computed_before, scheduled, new_blocks):
+    out = SimpleNamespace(
+        scheduled_new_reqs=[],
+        scheduled_cached_reqs=SimpleNamespace(req_ids=[req.request_id], resumed_req_ids=set(),
+                                              new_block_ids=[(new_blocks,)],
+                                              num_computed_tokens=[computed_before]),
+        num_scheduled_tokens={req.request_id: scheduled},
+    )
+    return c.build_connector_meta(out)
+
+
+def test_a_full_hit_claims_all_but_the_last_token_and_saves_nothing():
+    c, req = scheduler(held=31), request(4000)
+    assert c.get_num_new_matched_tokens(req, 0) == (31 * BS, False)
+    c.update_state_after_alloc(req, None, 31 * BS)
+    meta = step(c, req, 31 * BS, 4000 - 31 * BS, list(range(100, 132)))
+    assert isinstance(meta, MemkvConnectorMetadata)
+    (load,) = meta.loads
+    assert load.block_ids == list(range(100, 131)) and len(load.hashes) == 31
+    assert meta.saves == []
+
+
+def test_a_prompt_of_whole_chunks_keeps_its_last_chunk_to_compute():
+    c, req = scheduler(held=8), request(8 * BS)
+    assert c.get_num_new_matched_tokens(req, 0) == (7 * BS, False)
+
+
+def test_a_partial_hit_loads_the_prefix_and_saves_the_rest():
+    c, req = scheduler(held=15), request(4000)
+    assert c.get_num_new_matched_tokens(req, 0) == (15 * BS, False)
+    c.update_state_after_alloc(req, None, 15 * BS)
+    meta = step(c, req, 15 * BS, 4000 - 15 * BS, list(range(32)))
+    assert [t.block_ids for t in meta.loads] == [list(range(15))]
+    assert [t.block_ids for t in meta.saves] == [list(range(15, 31))]
+
+
+def test_chunked_prefill_saves_each_steps_chunks_once():
+    c, req = scheduler(held=0), request(8000)
+    assert c.get_num_new_matched_tokens(req, 0) == (0, False)
+    c.update_state_after_alloc(req, None, 0)
+    first = step(c, req, 0, 4096, list(range(32)))
+    assert first.loads == [] and [t.block_ids for t in first.saves] == [list(range(32))]
+    second = cached_step(c, req, 4096, 8000 - 4096, list(range(32, 63)))
+    assert [t.block_ids for t in second.saves] == [list(range(32, 62))]
+    third = cached_step(c, req, 8000, 1, [])  # decoding: nothing new to save
+    assert third.saves == [] and third.loads == []
+
+
+def test_chunks_vllm_already_has_are_not_loaded_but_saved_if_memkv_lacks_them():
+    c, req = scheduler(held=5), request(4000)
+    # vLLM's own prefix cache holds 10 chunks, memkv only 5: nothing to load.
+    assert c.get_num_new_matched_tokens(req, 10 * BS) == (0, False)
+    c.update_state_after_alloc(req, None, 0)
+    meta = step(c, req, 10 * BS, 4000 - 10 * BS, list(range(32)))
+    assert meta.loads == [] and [t.block_ids for t in meta.saves] == [list(range(5, 31))]
+
+
+def test_roles_limit_what_is_done():
+    consumer, req = scheduler(held=0, may_save=False), request(1000)
+    consumer.get_num_new_matched_tokens(req, 0)
+    assert step(consumer, req, 0, 1000, list(range(8))).saves == []
+    producer = scheduler(held=7, may_load=False)
+    assert producer.get_num_new_matched_tokens(request(1000), 0) == (0, False)
+
+
+def test_images_and_embeddings_are_not_cached():
+    c = scheduler(held=31)
+    req = request(4000)
+    req.mm_features = [object()]
+    assert c.get_num_new_matched_tokens(req, 0) == (0, False)
+    assert c._requests == {}
+
+
+def test_finished_requests_are_forgotten():
+    c, req = scheduler(held=3), request(1000)
+    c.get_num_new_matched_tokens(req, 0)
+    assert c.request_finished(req, []) == (False, None)
+    assert c._requests == {}
