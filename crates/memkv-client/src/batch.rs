@@ -8,10 +8,19 @@ use memkv_proto::{Opcode, ProtoError, Status};
 use crate::join::join_all;
 use crate::{Client, Error, Result};
 
+/// Payload bytes a TCP batch frame aims at. The protocol allows frames up to
+/// `max_frame_payload` (256 MiB), but one such frame occupies one connection and one server
+/// task from first byte to last; frames of a few MiB spread a batch of large values over the
+/// pool's connections and overlap sending, storing and answering. An item larger than this
+/// still travels, alone in its frame.
+pub(crate) const TCP_CHUNK_TARGET: usize = 8 << 20;
+
 /// Bytes of a batch payload before its items (the item count).
 const BATCH_PREFIX: usize = 4;
 /// Bytes of a BatchPut item before its key and value.
 pub(crate) const PUT_ITEM_HEADER: usize = 14;
+/// Bytes of a BatchGet answer item besides its value (status, length, checksum), rounded up.
+const GET_ITEM_ANSWER_HEADER: usize = 16;
 /// Bytes of a key-list item before its key.
 const KEY_ITEM_HEADER: usize = 2;
 
@@ -121,13 +130,24 @@ impl Client {
         self.chunks(&planned)
     }
 
+    /// Chunks within the protocol's limits (RDMA batches: values do not travel in frames).
     pub(crate) fn chunks(&self, planned: &[Planned]) -> Vec<Chunk> {
+        self.chunks_of(planned, usize::MAX)
+    }
+
+    /// Chunks for TCP frames: also at most about [`TCP_CHUNK_TARGET`] bytes each.
+    pub(crate) fn tcp_chunks(&self, planned: &[Planned]) -> Vec<Chunk> {
+        self.chunks_of(planned, TCP_CHUNK_TARGET)
+    }
+
+    fn chunks_of(&self, planned: &[Planned], target: usize) -> Vec<Chunk> {
         let limits = &self.inner.limits;
+        let frame = usize::try_from(limits.max_frame_payload).unwrap_or(usize::MAX);
         plan_chunks(
             planned,
             self.inner.pools.len(),
             limits.max_batch_items,
-            usize::try_from(limits.max_frame_payload).unwrap_or(usize::MAX),
+            frame.min(target),
         )
     }
 
@@ -149,8 +169,11 @@ impl Client {
                 Err(e) => out[index] = Some(Err(e)),
             }
         }
-        let chunks = self.chunks(&planned);
         let rdma = self.rdma();
+        let chunks = match rdma {
+            Some(_) => self.chunks(&planned),
+            None => self.tcp_chunks(&planned),
+        };
         let outcomes = match rdma {
             Some(rdma) => self.put_chunks_rdma(rdma, &chunks, items).await,
             None => join_all(chunks.iter().map(|c| self.put_chunk(c, items))).await,
@@ -160,7 +183,7 @@ impl Client {
             // `auto` after an RDMA failure: those items again, over TCP.
             let retry = crate::rdma_batch::fallen_back(rdma, &out);
             let planned: Vec<Planned> = planned.into_iter().filter(|p| retry[p.index]).collect();
-            let chunks = self.chunks(&planned);
+            let chunks = self.tcp_chunks(&planned);
             let outcomes = join_all(chunks.iter().map(|c| self.put_chunk(c, items))).await;
             scatter(&chunks, outcomes, &mut out);
         }
@@ -349,7 +372,21 @@ impl Client {
                 .collect();
         }
         let mut out: Vec<Option<Result<Option<usize>>>> = (0..keys.len()).map(|_| None).collect();
-        let chunks = self.plan_keys(keys, &mut out);
+        // The buffers bound the answer's size: plan frames by it, so large values spread
+        // over the connections instead of filling one frame.
+        let mut planned = Vec::with_capacity(keys.len());
+        for (index, (key, buf)) in keys.iter().zip(bufs.iter_mut()).enumerate() {
+            let key = key.as_ref();
+            match self.check_key(key) {
+                Ok(()) => planned.push(Planned {
+                    index,
+                    server: self.owner_index(key),
+                    size: GET_ITEM_ANSWER_HEADER + key.len() + buf.as_mut().len(),
+                }),
+                Err(e) => out[index] = Some(Err(e)),
+            }
+        }
+        let chunks = self.tcp_chunks(&planned);
         let answers = join_all(chunks.iter().map(|c| self.fetch_chunk(c, keys))).await;
         let outcomes = chunks
             .iter()

@@ -84,3 +84,24 @@ proptest! {
         prop_assert!(seen.iter().all(|&n| n == 1));
     }
 }
+
+#[tokio::test]
+async fn tcp_frames_of_large_values_spread_while_rdma_chunks_keep_the_frame_limit() {
+    let mut config =
+        crate::ClientConfig::new(["127.0.0.1:1"], memkv_proto::AuthKey::from_bytes([7; 32]));
+    config.transport = crate::Transport::Tcp;
+    let client = Client::connect(config).await.unwrap();
+    // Eight 4 MiB values for one server: about 8 MiB per TCP frame, one frame otherwise.
+    let items = planned(&[0; 8], PUT_ITEM_HEADER + 8 + (4 << 20));
+    let tcp = client.tcp_chunks(&items);
+    assert!(tcp.len() >= 4, "{tcp:?}");
+    assert!(
+        tcp.iter()
+            .all(|c| c.items.len() * (4 << 20) <= TCP_CHUNK_TARGET),
+        "{tcp:?}"
+    );
+    assert_eq!(client.chunks(&items).len(), 1);
+    // A value larger than the target still travels, alone.
+    let big = planned(&[0; 2], PUT_ITEM_HEADER + 8 + (32 << 20));
+    assert_eq!(client.tcp_chunks(&big).len(), 2);
+}
