@@ -15,6 +15,14 @@ use crate::{Client, Error, Result};
 /// still travels, alone in its frame.
 pub(crate) const TCP_CHUNK_TARGET: usize = 8 << 20;
 
+/// Values of at least this size travel as single pipelined TcpPut / TcpGet requests instead of
+/// inside batch frames, all at once over the pool's connections: a server sends a single get
+/// straight from its arena and hashes a single put as it lands, while a batch frame is
+/// assembled, MACed and taken apart whole (measured on loopback, 4 MiB values with four
+/// callers: 4.2 GiB/s as singles, 1.1 GiB/s in batches of eight). Smaller values keep the
+/// batch frames, where the per-request cost dominates.
+pub(crate) const SINGLE_VALUE_MIN: usize = 64 << 10;
+
 /// Bytes of a batch payload before its items (the item count).
 const BATCH_PREFIX: usize = 4;
 /// Bytes of a BatchPut item before its key and value.
@@ -170,15 +178,43 @@ impl Client {
             }
         }
         let rdma = self.rdma();
+        let singles: Vec<usize> = match rdma {
+            Some(_) => Vec::new(),
+            None => planned
+                .iter()
+                .filter(|p| items[p.index].1.as_ref().len() >= SINGLE_VALUE_MIN)
+                .map(|p| p.index)
+                .collect(),
+        };
+        let mut single = vec![false; items.len()];
+        for &i in &singles {
+            single[i] = true;
+        }
+        let framed: Vec<Planned> = planned
+            .iter()
+            .filter(|p| !single[p.index])
+            .copied()
+            .collect();
         let chunks = match rdma {
-            Some(_) => self.chunks(&planned),
-            None => self.tcp_chunks(&planned),
+            Some(_) => self.chunks(&framed),
+            None => self.tcp_chunks(&framed),
         };
-        let outcomes = match rdma {
-            Some(rdma) => self.put_chunks_rdma(rdma, &chunks, items).await,
-            None => join_all(chunks.iter().map(|c| self.put_chunk(c, items))).await,
-        };
+        let (outcomes, single_results) = tokio::join!(
+            async {
+                match rdma {
+                    Some(rdma) => self.put_chunks_rdma(rdma, &chunks, items).await,
+                    None => join_all(chunks.iter().map(|c| self.put_chunk(c, items))).await,
+                }
+            },
+            join_all(singles.iter().map(|&i| {
+                let (key, value) = &items[i];
+                self.put(key.as_ref(), value.as_ref())
+            }))
+        );
         scatter(&chunks, outcomes, &mut out);
+        for (&i, r) in singles.iter().zip(single_results) {
+            out[i] = Some(r);
+        }
         if let Some(rdma) = rdma {
             // `auto` after an RDMA failure: those items again, over TCP.
             let retry = crate::rdma_batch::fallen_back(rdma, &out);
@@ -386,8 +422,18 @@ impl Client {
                 Err(e) => out[index] = Some(Err(e)),
             }
         }
-        let chunks = self.tcp_chunks(&planned);
-        let answers = join_all(chunks.iter().map(|c| self.fetch_chunk(c, keys))).await;
+        let (singles, framed): (Vec<Planned>, Vec<Planned>) = planned
+            .into_iter()
+            .partition(|p| p.size >= SINGLE_VALUE_MIN + GET_ITEM_ANSWER_HEADER);
+        let chunks = self.tcp_chunks(&framed);
+        let (answers, single_values) = tokio::join!(
+            join_all(chunks.iter().map(|c| self.fetch_chunk(c, keys))),
+            join_all(singles.iter().map(|p| self.get(keys[p.index].as_ref())))
+        );
+        for (p, r) in singles.iter().zip(single_values) {
+            let buf = bufs[p.index].as_mut();
+            out[p.index] = Some(r.and_then(|v| v.map(|v| copy_into(&v, buf)).transpose()));
+        }
         let outcomes = chunks
             .iter()
             .zip(answers)

@@ -191,3 +191,50 @@ fn the_blocking_client_works_without_a_runtime() {
     drop(c);
     rt.block_on(server.shutdown()).unwrap();
 }
+
+#[tokio::test]
+async fn get_batch_into_fills_callers_buffers_in_order_small_and_large() {
+    let servers = [start("").await, start("").await];
+    let refs: Vec<&memkv_server::Server> = servers.iter().collect();
+    let c = client(&refs).await;
+    // Small values travel in batch frames, large ones as single requests: one call mixes both.
+    let lens = [10usize, 70_000, 0, 3 << 20, 4096, 200_000];
+    let items: Vec<(Vec<u8>, Vec<u8>)> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (format!("into/{i}").into_bytes(), pattern(n, i as u64)))
+        .collect();
+    for r in c.put_batch(&items).await {
+        r.unwrap();
+    }
+    let mut keys: Vec<Vec<u8>> = items.iter().map(|(k, _)| k.clone()).collect();
+    keys.push(b"into/missing".to_vec());
+    keys.push(items[5].0.clone());
+    let mut bufs: Vec<Vec<u8>> = lens.iter().map(|&n| vec![0xEE; n + 7]).collect();
+    bufs.push(vec![0; 1 << 20]);
+    bufs.push(vec![0; 100]); // too small for the 200,000-byte value
+    let results = c.get_batch_into(&keys, &mut bufs).await;
+    for (i, &n) in lens.iter().enumerate() {
+        assert_eq!(results[i].as_ref().unwrap(), &Some(n), "item {i}");
+        assert!(bufs[i][..n] == items[i].1[..], "item {i} bytes");
+        assert!(
+            bufs[i][n..].iter().all(|&b| b == 0xEE),
+            "item {i}: nothing past the value"
+        );
+    }
+    assert!(matches!(results[6], Ok(None)));
+    assert!(
+        matches!(
+            results[7],
+            Err(memkv_client::Error::BufferTooSmall {
+                len: 200_000,
+                capacity: 100
+            })
+        ),
+        "{:?}",
+        results[7]
+    );
+    for s in servers {
+        s.shutdown().await.unwrap();
+    }
+}
