@@ -17,7 +17,8 @@ use crate::admin::ConnectionStatus;
 pub const OPS_TOTAL: &str = "memkv_ops_total";
 /// Histogram (seconds): operation latency. Labels: `op`, `transport`.
 pub const OP_DURATION_SECONDS: &str = "memkv_op_duration_seconds";
-/// Counter: payload bytes received from clients. Label: `transport`.
+/// Counter: payload bytes received from clients in TCP frames (RDMA clients' values move
+/// one-sided and are not counted). Label: `transport`.
 pub const BYTES_IN_TOTAL: &str = "memkv_bytes_in_total";
 /// Counter: payload bytes sent to clients. Label: `transport`.
 pub const BYTES_OUT_TOTAL: &str = "memkv_bytes_out_total";
@@ -46,6 +47,17 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// Which transport an operation serves: the RDMA data path's control messages (Connect,
+    /// Allocate, Commit, Abort, Lookup, Release) come from clients whose values move by RDMA;
+    /// every other operation carries its bytes in TCP frames.
+    pub fn of(opcode: memkv_proto::Opcode) -> Transport {
+        use memkv_proto::Opcode::*;
+        match opcode {
+            Connect | Allocate | Commit | Abort | Lookup | Release => Transport::Rdma,
+            _ => Transport::Tcp,
+        }
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Tcp => "tcp",
@@ -204,6 +216,27 @@ impl Drop for ConnectionGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rdma_control_messages_are_labelled_rdma() {
+        use memkv_proto::Opcode;
+        for op in [
+            Opcode::Allocate,
+            Opcode::Commit,
+            Opcode::Lookup,
+            Opcode::Release,
+        ] {
+            assert_eq!(Transport::of(op), Transport::Rdma, "{op:?}");
+        }
+        for op in [
+            Opcode::TcpPut,
+            Opcode::TcpGet,
+            Opcode::BatchGet,
+            Opcode::Exists,
+        ] {
+            assert_eq!(Transport::of(op), Transport::Tcp, "{op:?}");
+        }
+    }
 
     #[test]
     fn guards_track_open_connections() {

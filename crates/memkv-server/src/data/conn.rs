@@ -322,12 +322,18 @@ impl Connection {
 }
 
 fn record(out: &Outgoing, request: &Header, started: Instant) {
+    let transport = Transport::of(request.opcode);
+    // An RDMA client's frames carry control fields, not values: its bytes are not counted.
+    let (bytes_in, bytes_out) = match transport {
+        Transport::Tcp => (u64::from(request.payload_len), out.payload_len()),
+        Transport::Rdma => (0, 0),
+    };
     record_op(
         request.opcode.name(),
-        Transport::Tcp,
+        transport,
         out.header.status.name(),
         started.elapsed(),
-        u64::from(request.payload_len),
-        out.payload_len(),
+        bytes_in,
+        bytes_out,
     );
 }
