@@ -65,11 +65,11 @@ impl Shared {
 }
 
 /// Exports one readable buffer per value.
-pub fn readable_all(values: &[Bound<'_, PyAny>], what: &str) -> PyResult<Vec<ByteBuffer>> {
+pub fn readable_all(values: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<ByteBuffer>> {
     values
-        .iter()
+        .try_iter()?
         .enumerate()
-        .map(|(i, v)| ByteBuffer::readable(v, &format!("{what}[{i}]")))
+        .map(|(i, v)| ByteBuffer::readable(&v?, &format!("{what}[{i}]")))
         .collect()
 }
 

@@ -210,8 +210,7 @@ impl MemkvConnector {
     ) -> PyResult<u64> {
         let c = self.client()?;
         let keys = keys::keys(keys)?;
-        let values: Vec<Bound<'_, PyAny>> = buffers.try_iter()?.collect::<PyResult<_>>()?;
-        let values = readable_all(&values, "buffers")?;
+        let values = readable_all(buffers, "buffers")?;
         check_counts(keys.len(), values.len())?;
         let routed = self.shared.regions.route(&values);
         Ok(self.spawn(async move {

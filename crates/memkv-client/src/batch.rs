@@ -424,7 +424,7 @@ impl Client {
         }
         let (singles, framed): (Vec<Planned>, Vec<Planned>) = planned
             .into_iter()
-            .partition(|p| p.size >= SINGLE_VALUE_MIN + GET_ITEM_ANSWER_HEADER);
+            .partition(|p| bufs[p.index].as_mut().len() >= SINGLE_VALUE_MIN);
         let chunks = self.tcp_chunks(&framed);
         let (answers, single_values) = tokio::join!(
             join_all(chunks.iter().map(|c| self.fetch_chunk(c, keys))),
