@@ -4,17 +4,27 @@
 mod common;
 
 use std::os::unix::net::UnixDatagram;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
 
-fn next_message(socket: &UnixDatagram) -> String {
+/// The next notification, or a failure that shows what the server said.
+fn next_message(socket: &UnixDatagram, server: &mut Child, log: &Path) -> String {
     let mut buf = [0u8; 512];
-    let n = socket
-        .recv(&mut buf)
-        .expect("a notification within the deadline");
-    String::from_utf8_lossy(&buf[..n]).into_owned()
+    match socket.recv(&mut buf) {
+        Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+        Err(e) => {
+            let status = server.try_wait().unwrap();
+            let _ = server.kill();
+            panic!(
+                "no notification within the deadline ({e}); server exit status {status:?}; \
+                 its log:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+    }
 }
 
 #[test]
@@ -26,6 +36,7 @@ fn start_tells_the_service_manager_when_it_serves_and_when_it_stops() {
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let config = dir.join("config.yaml");
+    let log = dir.join("server.log");
     std::fs::write(
         &config,
         format!(
@@ -38,18 +49,18 @@ fn start_tells_the_service_manager_when_it_serves_and_when_it_stops() {
         .arg("--config")
         .arg(&config)
         .env("NOTIFY_SOCKET", &socket_path)
-        .env("RUST_LOG", "warn")
-        .stderr(Stdio::null())
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
         .spawn()
         .unwrap();
-    let ready = next_message(&socket);
+    let ready = next_message(&socket, &mut server, &log);
     assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
     let killed = Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
-    let stopping = next_message(&socket);
+    let stopping = next_message(&socket, &mut server, &log);
     assert!(stopping.lines().any(|l| l == "STOPPING=1"), "{stopping:?}");
     assert!(server.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(dir);
