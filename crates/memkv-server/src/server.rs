@@ -186,10 +186,13 @@ async fn reap(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
 
 /// Runs a server until SIGINT or SIGTERM, then drains and returns.
 pub async fn run_until_signal(config: ServerConfig) -> anyhow::Result<()> {
+    // Handlers first: a SIGTERM that follows READY at once must start a drain, not kill the
+    // process with the default action.
+    let signals = Signals::install();
     let server = Server::start(config).await?;
     // A Type=notify unit counts the server as started only now, when both listeners serve.
     notify_systemd(sd_notify::NotifyState::Ready);
-    wait_for_signal().await;
+    signals.wait().await;
     tracing::info!("signal received: draining in-flight requests");
     notify_systemd(sd_notify::NotifyState::Stopping);
     server.shutdown().await?;
@@ -205,13 +208,26 @@ fn notify_systemd(state: sd_notify::NotifyState<'_>) {
     }
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, caught from the moment they are installed.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        Signals {
+            term: signal(SignalKind::terminate()).expect("SIGTERM handler"),
+            int: signal(SignalKind::interrupt()).expect("SIGINT handler"),
+        }
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }
 
