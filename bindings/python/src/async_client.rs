@@ -74,11 +74,10 @@ impl AsyncClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.shared.get()?;
         let key = keys::key(key)?;
-        let mut buf = ByteBuffer::writable(buffer, "buffer")?;
+        let buf = ByteBuffer::writable(buffer, "buffer")?;
         future_into_py(py, async move {
-            c.get_into_slice(&key, buf.as_mut_slice())
-                .await
-                .map_err(to_py)
+            let (result, _buffer) = c.get_into_destination(&key, buf).await;
+            result.map_err(to_py)
         })
     }
 
@@ -129,11 +128,11 @@ impl AsyncClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.shared.get()?;
         let keys = keys::keys(keys)?;
-        let mut bufs = writable_all(buffers, "buffers")?;
+        let bufs = writable_all(buffers, "buffers")?;
         check_counts(keys.len(), bufs.len())?;
         let routed = self.shared.regions.route(&bufs);
         future_into_py(py, async move {
-            let results = regions::get_many_into(&c, routed, &keys, &mut bufs).await;
+            let (results, _buffers) = regions::get_many_into(&c, routed, &keys, bufs).await;
             collect("get_many_into", &keys, results, plain)
         })
     }

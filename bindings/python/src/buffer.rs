@@ -139,3 +139,11 @@ impl Drop for ByteBuffer {
         });
     }
 }
+
+/// Values are read from the socket straight into the exported memory. Only writable exports
+/// reach the get paths (`ByteBuffer::writable`).
+impl memkv_client::ReadDestination for ByteBuffer {
+    fn as_mut_bytes(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}

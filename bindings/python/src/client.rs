@@ -191,18 +191,21 @@ impl Client {
     ) -> PyResult<Option<usize>> {
         let c = self.shared.get()?;
         let key = keys::key(key)?;
-        let mut buf = ByteBuffer::writable(buffer, "buffer")?;
+        let buf = ByteBuffer::writable(buffer, "buffer")?;
         match self.shared.regions.route(std::slice::from_ref(&buf)) {
             Some(routed) => {
                 let keys = [key];
-                let mut one = [buf];
-                let mut results = block_on(
+                let (mut results, _buffers) = block_on(
                     py,
-                    regions::get_many_into(&c, Some(routed), &keys, &mut one),
+                    regions::get_many_into(&c, Some(routed), &keys, vec![buf]),
                 );
                 results.pop().expect("one result").map_err(to_py)
             }
-            None => block_on(py, c.get_into_slice(&key, buf.as_mut_slice())).map_err(to_py),
+            None => {
+                // The buffer comes back to be released here, with the GIL held.
+                let (result, _buffer) = block_on(py, c.get_into_destination(&key, buf));
+                result.map_err(to_py)
+            }
         }
     }
 
@@ -245,10 +248,10 @@ impl Client {
     ) -> PyResult<Vec<Py<PyAny>>> {
         let c = self.shared.get()?;
         let keys = keys::keys(keys)?;
-        let mut bufs = writable_all(buffers, "buffers")?;
+        let bufs = writable_all(buffers, "buffers")?;
         check_counts(keys.len(), bufs.len())?;
         let routed = self.shared.regions.route(&bufs);
-        let results = block_on(py, regions::get_many_into(&c, routed, &keys, &mut bufs));
+        let (results, _buffers) = block_on(py, regions::get_many_into(&c, routed, &keys, bufs));
         collect("get_many_into", &keys, results, plain)
     }
 

@@ -192,11 +192,11 @@ impl MemkvConnector {
     ) -> PyResult<u64> {
         let c = self.client()?;
         let keys = keys::keys(keys)?;
-        let mut bufs = writable_all(buffers, "buffers")?;
+        let bufs = writable_all(buffers, "buffers")?;
         check_counts(keys.len(), bufs.len())?;
         let routed = self.shared.regions.route(&bufs);
         Ok(self.spawn(async move {
-            let results = regions::get_many_into(&c, routed, &keys, &mut bufs).await;
+            let (results, bufs) = regions::get_many_into(&c, routed, &keys, bufs).await;
             let outcome = Outcome::of("get", &keys, results, Option::is_some, true, true);
             (outcome, bufs)
         }))

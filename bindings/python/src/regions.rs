@@ -121,18 +121,20 @@ pub async fn put_many(
 }
 
 /// Reads `keys[i]`'s value into `buffers[i]`: straight into the registered region when they all
-/// lie in one, else copied from the client's ordinary batch path.
+/// lie in one, else through the client's TCP path, which reads values of 64 KiB and more from
+/// the socket straight into their buffers. Returns the results and the buffers, less any still
+/// held by a request whose deadline passed (those are released when the request ends).
 pub async fn get_many_into(
     client: &RustClient,
     routed: Option<Routed>,
     keys: &[Vec<u8>],
-    buffers: &mut [ByteBuffer],
-) -> Vec<ClientResult<Option<usize>>> {
+    mut buffers: Vec<ByteBuffer>,
+) -> (Vec<ClientResult<Option<usize>>>, Vec<ByteBuffer>) {
     match routed {
         Some(r) => {
             let mut buf = r.buf.write().await;
-            client
-                .get_batch_into_buffer(&mut buf, &ranges(keys, buffers, r.base))
+            let results = client
+                .get_batch_into_buffer(&mut buf, &ranges(keys, &buffers, r.base))
                 .await
                 .into_iter()
                 .zip(buffers.iter())
@@ -148,8 +150,14 @@ pub async fn get_many_into(
                         other => other,
                     })
                 })
-                .collect()
+                .collect();
+            (results, buffers)
         }
-        None => client.get_batch_into(keys, buffers).await,
+        None => {
+            let (results, returned) = client
+                .get_batch_into_destinations(keys, std::mem::take(&mut buffers))
+                .await;
+            (results, returned.into_iter().flatten().collect())
+        }
     }
 }

@@ -8,9 +8,20 @@ use memkv_proto::placement::Placement;
 use memkv_proto::{Limits, Opcode, ProtoError, Status};
 
 use crate::config::ClientConfig;
-use crate::conn::{CLIENT_LIMITS, CallError, Response};
+use crate::conn::{CLIENT_LIMITS, CallError, Response, Sink};
 use crate::pool::ServerPool;
 use crate::{Error, Result};
+
+/// What one request sends.
+pub(crate) struct Request<'a> {
+    /// The operation's name in errors and metrics.
+    pub op: &'static str,
+    pub opcode: Opcode,
+    pub key: &'a [u8],
+    pub payload: &'a [&'a [u8]],
+    /// The payload's checksum, when the caller has it.
+    pub sum: Option<u64>,
+}
 
 pub(crate) struct Inner {
     /// Declared first: queue pairs go before the connections that keep their server ends.
@@ -153,6 +164,7 @@ impl Client {
 
     /// One request to server `index` within the deadline. A request that never reached the
     /// server (its pooled connection had just closed) is retried once on a fresh connection.
+    /// `buf` is reused for the response payload.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn exchange(
         &self,
@@ -164,15 +176,39 @@ impl Client {
         sum: Option<u64>,
         buf: Vec<u8>,
     ) -> Result<Response> {
+        let request = Request {
+            op,
+            opcode,
+            key,
+            payload,
+            sum,
+        };
+        self.exchange_to(index, request, Sink::Buffer(buf)).await
+    }
+
+    /// Like [`Client::exchange`], with the response payload going to `sink`.
+    pub(crate) async fn exchange_to(
+        &self,
+        index: usize,
+        request: Request<'_>,
+        sink: Sink,
+    ) -> Result<Response> {
+        let Request {
+            op,
+            opcode,
+            key,
+            payload,
+            sum,
+        } = request;
         let pool = &self.inner.pools[index];
         let started = tokio::time::Instant::now();
         let attempt = async {
-            let mut buf = Some(buf);
+            let mut sink = Some(sink);
             let mut retried = false;
             loop {
                 let conn = pool.connection().await?;
                 let result = conn
-                    .call(opcode, key, payload, sum, buf.take().unwrap_or_default())
+                    .call(opcode, key, payload, sum, sink.take().unwrap_or_default())
                     .await;
                 match result {
                     Ok(response) => return Ok(response),
@@ -192,7 +228,8 @@ impl Client {
         crate::metrics::request(op, result.as_ref().map(drop), started.elapsed());
         if let Ok(r) = &result {
             let sent: usize = payload.iter().map(|p| p.len()).sum();
-            crate::metrics::bytes(sent, r.payload.len());
+            let landed = r.direct.as_ref().and_then(|(_, len)| *len).unwrap_or(0);
+            crate::metrics::bytes(sent, r.payload.len() + landed);
         }
         result
     }

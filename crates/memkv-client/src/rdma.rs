@@ -359,7 +359,13 @@ impl RdmaPath {
             ..qp.local_endpoint(None).map_err(|e| rdma_err(server, e))?
         };
         let response = control
-            .call(Opcode::Connect, &[], &[&local.encode()], None, Vec::new())
+            .call(
+                Opcode::Connect,
+                &[],
+                &[&local.encode()],
+                None,
+                Default::default(),
+            )
             .await
             .map_err(|e| e.into_error())?;
         if response.status != Status::Ok {

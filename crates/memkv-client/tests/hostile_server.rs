@@ -155,6 +155,26 @@ async fn a_value_that_does_not_match_its_checksum_is_refused() {
 }
 
 #[tokio::test]
+async fn a_value_read_straight_into_caller_memory_is_still_checked() {
+    let addr = tampering_server(1, |f| *f.last_mut().unwrap() ^= 0x20).await;
+    let c = client_for(addr).await;
+    let (result, dest) = c.get_into_destination(b"k", vec![0u8; 64]).await;
+    let err = result.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Protocol {
+                source: ProtoError::ChecksumMismatch { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // Closing the connection fails the request; its destination is not handed back.
+    assert!(dest.is_none());
+}
+
+#[tokio::test]
 async fn a_value_too_large_for_a_batch_answer_is_fetched_on_its_own() {
     use memkv_proto::{Opcode, batch, checksum};
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

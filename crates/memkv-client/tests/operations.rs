@@ -238,3 +238,57 @@ async fn get_batch_into_fills_callers_buffers_in_order_small_and_large() {
         s.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn owned_destinations_receive_values_in_place_small_and_large() {
+    let servers = [start("").await, start("").await];
+    let refs: Vec<&memkv_server::Server> = servers.iter().collect();
+    let c = client(&refs).await;
+    let lens = [10usize, 70_000, 0, 3 << 20, 4096, 200_000];
+    let items: Vec<(Vec<u8>, Vec<u8>)> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| (format!("owned/{i}").into_bytes(), pattern(n, 40 + i as u64)))
+        .collect();
+    for r in c.put_batch(&items).await {
+        r.unwrap();
+    }
+    let mut keys: Vec<Vec<u8>> = items.iter().map(|(k, _)| k.clone()).collect();
+    keys.push(b"owned/missing".to_vec());
+    keys.push(items[5].0.clone());
+    keys.push(items[3].0.clone());
+    let mut dests: Vec<Box<[u8]>> = lens
+        .iter()
+        .map(|&n| vec![0xEE; n + 7].into_boxed_slice())
+        .collect();
+    dests.push(vec![0; 1 << 20].into_boxed_slice());
+    dests.push(vec![0; 100].into_boxed_slice()); // too small for 200,000 bytes, framed
+    dests.push(vec![0; 1 << 20].into_boxed_slice()); // too small for 3 MiB, single
+    let (results, dests) = c.get_batch_into_destinations(&keys, dests).await;
+    let dests: Vec<Box<[u8]>> = dests.into_iter().map(|d| d.expect("returned")).collect();
+    for (i, &n) in lens.iter().enumerate() {
+        assert_eq!(results[i].as_ref().unwrap(), &Some(n), "item {i}");
+        assert!(dests[i][..n] == items[i].1[..], "item {i} bytes");
+        assert!(
+            dests[i][n..].iter().all(|&b| b == 0xEE),
+            "item {i}: nothing past the value"
+        );
+    }
+    assert!(matches!(results[6], Ok(None)));
+    for (i, len, capacity) in [(7, 200_000, 100), (8, 3 << 20, 1 << 20)] {
+        assert!(
+            matches!(
+                results[i],
+                Err(Error::BufferTooSmall { len: l, capacity: c }) if l == len && c == capacity
+            ),
+            "item {i}: {:?}",
+            results[i]
+        );
+    }
+    let (one, dest) = c.get_into_destination(&keys[3], vec![0u8; 4 << 20]).await;
+    assert_eq!(one.unwrap(), Some(3 << 20));
+    assert!(dest.unwrap()[..3 << 20] == items[3].1[..]);
+    for s in servers {
+        s.shutdown().await.unwrap();
+    }
+}

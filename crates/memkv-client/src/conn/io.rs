@@ -3,11 +3,11 @@
 use std::io::{ErrorKind, IoSlice};
 use std::sync::Arc;
 
-use memkv_proto::{HEADER_LEN, Opener, ProtoError};
+use memkv_proto::{HEADER_LEN, Opener, ProtoError, Status};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::pending::Pending;
-use super::{Response, Writer};
+use super::{Response, Sink, Writer};
 use crate::Error;
 
 /// Most slices handed to one `writev` (the kernel's IOV_MAX).
@@ -145,25 +145,62 @@ async fn read_one<R: AsyncRead + Unpin>(
             header.opcode
         ))));
     }
-    let mut entry = shared.take(header.request_id);
-    let mut buf = entry
-        .as_mut()
-        .map(|e| std::mem::take(&mut e.buf))
-        .unwrap_or_default();
+    let entry = shared.take(header.request_id);
     let body = usize::try_from(header.payload_len).expect("u32 fits usize");
-    read_body(reader, &mut buf, body).await.map_err(lost)?;
-    let verified = opener
-        .verify(&raw, &[], &buf, false)
-        .and_then(|h| super::checksum::verify(&buf, h.checksum).map(|()| h))
-        .map_err(protocol);
-    let Some(entry) = entry else {
-        // A response to a request whose caller gave up; it was verified to keep the sequence.
-        return verified.map(drop);
+    let (mut entry, mut sink) = match entry {
+        Some(mut e) => {
+            let sink = std::mem::take(&mut e.sink);
+            (Some(e), sink)
+        }
+        None => (None, Sink::default()),
     };
-    if let Err(e) = verified {
-        let _ = entry.tx.send(Err(e.clone()));
-        return Err(e);
-    }
+    // A successful answer that fits the caller's memory is read straight into it.
+    let landed = match &mut sink {
+        Sink::Direct(dest) if header.status == Status::Ok => {
+            match dest.as_mut_bytes().get_mut(..body) {
+                Some(slice) => {
+                    reader.read_exact(slice).await.map_err(lost)?;
+                    Some(body)
+                }
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    let (payload, direct) = match sink {
+        Sink::Direct(mut dest) => {
+            let payload = match landed {
+                Some(_) => Vec::new(),
+                None => {
+                    let mut buf = Vec::new();
+                    read_body(reader, &mut buf, body).await.map_err(lost)?;
+                    buf
+                }
+            };
+            let verified = match landed {
+                Some(len) => verify(opener, &raw, &dest.as_mut_bytes()[..len]),
+                None => verify(opener, &raw, &payload),
+            };
+            (verified.map(|()| payload), Some((dest, landed)))
+        }
+        Sink::Buffer(mut buf) => {
+            read_body(reader, &mut buf, body).await.map_err(lost)?;
+            let verified = verify(opener, &raw, &buf);
+            (verified.map(|()| buf), None)
+        }
+    };
+    let payload = payload.map_err(protocol);
+    let Some(entry) = entry.take() else {
+        // A response to a request whose caller gave up; it was verified to keep the sequence.
+        return payload.map(drop);
+    };
+    let payload = match payload {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = entry.tx.send(Err(e.clone()));
+            return Err(e);
+        }
+    };
     if entry.opcode != header.opcode {
         let e = protocol(ProtoError::BadRequest(format!(
             "response to request {} is a {:?}, but the request was a {:?}",
@@ -174,7 +211,15 @@ async fn read_one<R: AsyncRead + Unpin>(
     }
     let _ = entry.tx.send(Ok(Response {
         status: header.status,
-        payload: buf,
+        payload,
+        direct,
     }));
     Ok(())
+}
+
+/// Checks a response's MAC and its payload's checksum.
+fn verify(opener: &mut Opener, raw: &[u8; HEADER_LEN], payload: &[u8]) -> Result<(), ProtoError> {
+    opener
+        .verify(raw, &[], payload, false)
+        .and_then(|h| super::checksum::verify(payload, h.checksum))
 }

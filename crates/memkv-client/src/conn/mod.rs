@@ -25,6 +25,7 @@ pub(crate) use handshake::Dial;
 use pending::Pending;
 
 use crate::Error;
+use crate::destination::BoxedDestination;
 
 /// Bytes the reader buffers, so headers and small answers take few reads; payloads at least
 /// this large bypass the buffer and land in their own Vec. Allocated per connection, so kept
@@ -32,10 +33,39 @@ use crate::Error;
 const READ_BUFFER: usize = 32 * 1024;
 
 /// A successful exchange: the server's status and payload (an error message unless `Ok`).
-#[derive(Debug)]
 pub(crate) struct Response {
     pub status: Status,
+    /// The payload, unless it landed in the request's destination.
     pub payload: Vec<u8>,
+    /// The request's destination, back from the reader, with the payload's length when the
+    /// payload was read into it.
+    pub direct: Option<(BoxedDestination, Option<usize>)>,
+}
+
+impl std::fmt::Debug for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Response")
+            .field("status", &self.status)
+            .field("payload_len", &self.payload.len())
+            .field("direct", &self.direct.as_ref().map(|(_, len)| len))
+            .finish()
+    }
+}
+
+/// Where a response payload is read to.
+pub(crate) enum Sink {
+    /// A vector (a caller's, reused; its capacity is kept).
+    Buffer(Vec<u8>),
+    /// Caller memory: a successful answer that fits is read straight into it; anything else
+    /// (an error message, a value too large) goes to a vector and the destination comes back
+    /// untouched.
+    Direct(BoxedDestination),
+}
+
+impl Default for Sink {
+    fn default() -> Self {
+        Sink::Buffer(Vec::new())
+    }
 }
 
 /// Why a call failed.
@@ -96,20 +126,20 @@ impl Connection {
     }
 
     /// Sends one request and waits for its response. `payload` is written as given (vectored);
-    /// `sum` is its checksum when the caller has it. `buf` is reused for the response payload.
+    /// `sum` is its checksum when the caller has it. The response payload goes to `sink`.
     pub async fn call(
         &self,
         opcode: Opcode,
         key: &[u8],
         payload: &[&[u8]],
         sum: Option<u64>,
-        buf: Vec<u8>,
+        sink: Sink,
     ) -> Result<Response, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // Registered before writing: the response may arrive before the write returns.
         let (rx, registration) = self
             .shared
-            .register(id, opcode, buf)
+            .register(id, opcode, sink)
             .map_err(CallError::NotSent)?;
         // Hash outside the writer lock so other requests are not held up by a large value.
         let sum = sum.unwrap_or_else(|| checksum::of_parts(payload));

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use memkv_proto::Opcode;
 use tokio::sync::oneshot;
 
-use super::Response;
+use super::{Response, Sink};
 use crate::Error;
 
 pub(crate) type Reply = Result<Response, Error>;
@@ -16,8 +16,8 @@ pub(crate) type Reply = Result<Response, Error>;
 pub(crate) struct Entry {
     pub opcode: Opcode,
     pub tx: oneshot::Sender<Reply>,
-    /// Where the response payload is read to (a caller's buffer, reused).
-    pub buf: Vec<u8>,
+    /// Where the response payload is read to.
+    pub sink: Sink,
 }
 
 struct State {
@@ -62,14 +62,14 @@ impl Pending {
         &self,
         id: u64,
         opcode: Opcode,
-        buf: Vec<u8>,
+        sink: Sink,
     ) -> Result<(oneshot::Receiver<Reply>, Registration<'_>), Error> {
         let (tx, rx) = oneshot::channel();
         let mut state = self.lock();
         if let Some(e) = &state.closed {
             return Err(e.clone());
         }
-        state.map.insert(id, Entry { opcode, tx, buf });
+        state.map.insert(id, Entry { opcode, tx, sink });
         Ok((
             rx,
             Registration {
@@ -141,7 +141,7 @@ mod tests {
     #[test]
     fn closing_fails_outstanding_and_refuses_new_requests() {
         let p = Pending::new("s:1");
-        let (mut rx, reg) = p.register(1, Opcode::TcpGet, Vec::new()).unwrap();
+        let (mut rx, reg) = p.register(1, Opcode::TcpGet, Sink::default()).unwrap();
         p.close(Error::Disconnected {
             server: "s:1".into(),
             reason: "test".into(),
@@ -149,16 +149,16 @@ mod tests {
         assert!(matches!(rx.try_recv(), Ok(Err(Error::Disconnected { .. }))));
         drop(reg);
         assert!(p.is_closed());
-        assert!(p.register(2, Opcode::TcpGet, Vec::new()).is_err());
+        assert!(p.register(2, Opcode::TcpGet, Sink::default()).is_err());
     }
 
     #[test]
     fn an_abandoned_request_leaves_the_map() {
         let p = Pending::new("s:1");
-        let (_rx, reg) = p.register(7, Opcode::Ping, Vec::new()).unwrap();
+        let (_rx, reg) = p.register(7, Opcode::Ping, Sink::default()).unwrap();
         drop(reg);
         assert!(p.take(7).is_none());
-        let (_rx, reg) = p.register(8, Opcode::Ping, Vec::new()).unwrap();
+        let (_rx, reg) = p.register(8, Opcode::Ping, Sink::default()).unwrap();
         assert!(p.take(8).is_some());
         reg.disarm();
     }

@@ -1,0 +1,42 @@
+//! Caller memory that a get's value is read into straight from the socket.
+//!
+//! A response arrives on the connection's reader task, which outlives any one call, so the
+//! memory it writes into must be owned by the request while it is in flight: a destination
+//! travels with its request and comes back with the answer. Borrowed slices
+//! ([`Client::get_batch_into`](crate::Client::get_batch_into)) cannot travel that way; their
+//! values are read into a vector first and copied.
+
+use std::any::Any;
+
+/// Memory a value can be read into, owned by its request while the request is in flight.
+///
+/// Implement it for buffers whose bytes stay valid wherever the value moves (a `Vec<u8>`, a
+/// boxed slice, a binding's handle on memory exported by another runtime). If the caller stops
+/// waiting (a deadline), the reader may still be writing into the destination; it is dropped
+/// when the reader is done with it.
+pub trait ReadDestination: Any + Send {
+    /// The bytes a value may be written to; a value lands at the front.
+    fn as_mut_bytes(&mut self) -> &mut [u8];
+}
+
+impl ReadDestination for Vec<u8> {
+    fn as_mut_bytes(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl ReadDestination for Box<[u8]> {
+    fn as_mut_bytes(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+/// A type-erased destination, as requests carry them.
+pub(crate) type BoxedDestination = Box<dyn ReadDestination>;
+
+/// Recovers the caller's destination type from a boxed one.
+pub(crate) fn unbox<D: ReadDestination>(dest: BoxedDestination) -> D {
+    let any: Box<dyn Any> = dest;
+    *any.downcast::<D>()
+        .expect("a destination comes back as the type it was sent as")
+}
