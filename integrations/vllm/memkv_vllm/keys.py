@@ -10,6 +10,9 @@ A chunk is one vLLM KV block: ``block_size`` consecutive prompt tokens. Its key 
   per-request seed for LoRA adapters and cache salts), so a key only matches the same prefix;
 * the layer name, because vLLM keeps one paged tensor per attention layer.
 
+The offloading tier (``tier.py``) stores vLLM's own offload chunks instead: one value per
+chunk holding every worker's bytes of it, keyed by vLLM's block hash (see ``TierLayout``).
+
 Nothing here imports vLLM or memkv, so the unit tests run without either.
 """
 
@@ -42,10 +45,54 @@ class Layout:
     namespace: str = ""
 
     def digest(self) -> str:
-        fields = asdict(self)
-        fields["format"] = FORMAT_VERSION
-        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.blake2b(canonical, digest_size=_HASH_BYTES).hexdigest()
+        return _digest(asdict(self))
+
+
+def _digest(fields: dict[str, object]) -> str:
+    fields = {**fields, "format": FORMAT_VERSION}
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.blake2b(canonical, digest_size=_HASH_BYTES).hexdigest()
+
+
+@dataclass(frozen=True)
+class TierLayout:
+    """What must match for a chunk stored by vLLM's offloading tier to be loadable as-is.
+
+    The tier sees one row of vLLM's CPU offload buffer per chunk: every worker's pages of
+    ``blocks_per_chunk`` blocks of all offloaded layers, side by side in rank order (one copy
+    when the layout is replicated). The row's bytes depend on all of these, so all of them are
+    in the key; the data-parallel index and the engine id are not (DP replicas share).
+    """
+
+    model: str
+    kv_dtype: str
+    tokens_per_hash: int
+    blocks_per_chunk: int
+    # (tokens per block, layer names) of each offloaded KV cache group, in order.
+    groups: tuple[tuple[int, tuple[str, ...]], ...]
+    world_size: int
+    tp_size: int
+    pp_size: int
+    pcp_size: int
+    dcp_size: int
+    replicated_layout: bool
+    canonical_layout: bool
+    kv_cache_layout: str | None
+    chunk_bytes: int
+    namespace: str = ""
+
+    def digest(self) -> str:
+        return _digest({**asdict(self), "kind": "offloading-tier"})
+
+    def ranks(self) -> str:
+        """The ranks whose bytes a value holds: all of them, or rank 0's one replicated copy."""
+        copies = 1 if self.replicated_layout else self.world_size
+        return f"ranks0-{copies - 1}"
+
+
+def tier_key(namespace: str, ranks: str, block_hash: bytes, group: int) -> str:
+    """The memkv key of one offloaded chunk, named by vLLM's block hash and KV cache group."""
+    return f"vllm/{namespace}/{ranks}/{block_hash.hex()}/g{group}"
 
 
 def chain_seed(extra: Sequence[str] = ()) -> bytes:

@@ -1,4 +1,5 @@
-"""The connector's settings, read from ``kv_connector_extra_config``.
+"""Settings of the connector (``kv_connector_extra_config``) and of the offloading tier (its
+entry in ``secondary_tiers``).
 
 memkv's own client settings (``servers``, ``auth_key``, ``transport``, ``timeout_ms``,
 ``config``) left out here are taken by the memkv client from ``MEMKV_SERVERS``,
@@ -30,13 +31,21 @@ class Settings:
     recompute_on_load_failure: bool = True
 
 
-def parse(extra: Mapping[str, Any] | None, environ: Mapping[str, str]) -> Settings:
-    """Settings from the extra config; unknown keys are an error naming the accepted ones."""
+def parse(
+    extra: Mapping[str, Any] | None,
+    environ: Mapping[str, str],
+    source: str = "kv_connector_extra_config",
+) -> Settings:
+    """Settings from the extra config; unknown keys are an error naming the accepted ones.
+
+    ``source`` names where the settings came from in error messages (the connector's
+    ``kv_connector_extra_config``, or a secondary tier's entry in ``secondary_tiers``).
+    """
     extra = dict(extra or {})
     unknown = sorted(set(extra) - set(_CLIENT_KEYS) - set(_OWN_KEYS))
     if unknown:
         raise ValueError(
-            f"memkv_vllm: unknown kv_connector_extra_config key(s) {unknown}; accepted: "
+            f"memkv_vllm: unknown {source} key(s) {unknown}; accepted: "
             f"{sorted(_CLIENT_KEYS + _OWN_KEYS)}"
         )
     kwargs: dict[str, Any] = {}
@@ -46,7 +55,7 @@ def parse(extra: Mapping[str, Any] | None, environ: Mapping[str, str]) -> Settin
             servers = [s.strip() for s in servers.split(",") if s.strip()]
         if not isinstance(servers, list) or not servers or not all(isinstance(s, str) for s in servers):
             raise ValueError(
-                "memkv_vllm: kv_connector_extra_config 'servers' must be a non-empty list of "
+                f"memkv_vllm: {source} 'servers' must be a non-empty list of "
                 f"'host:port' strings or one comma-separated string, got {extra['servers']!r}"
             )
         kwargs["servers"] = servers
@@ -63,7 +72,7 @@ def parse(extra: Mapping[str, Any] | None, environ: Mapping[str, str]) -> Settin
             timeout = -1
         if timeout <= 0:
             raise ValueError(
-                "memkv_vllm: kv_connector_extra_config 'timeout_ms' must be a positive integer "
+                f"memkv_vllm: {source} 'timeout_ms' must be a positive integer "
                 f"(milliseconds), got {extra.get('timeout_ms')!r}"
             )
         kwargs["timeout_ms"] = timeout

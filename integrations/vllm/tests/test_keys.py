@@ -81,3 +81,34 @@ def test_leading_hits_needs_every_key_of_a_chunk():
 def test_bad_block_size_is_refused():
     with pytest.raises(ValueError, match="block_size"):
         K.chunk_hashes([1, 2], 0, K.chain_seed())
+
+
+def tier_layout(**kw):
+    base = dict(model="m", kv_dtype="bfloat16", tokens_per_hash=16, blocks_per_chunk=1,
+                groups=((16, LAYERS),), world_size=1, tp_size=1, pp_size=1, pcp_size=1,
+                dcp_size=1, replicated_layout=False, canonical_layout=False,
+                kv_cache_layout=None, chunk_bytes=65536)
+    base.update(kw)
+    return K.TierLayout(**base)
+
+
+def test_tier_namespace_separates_everything_that_changes_a_chunks_bytes():
+    assert tier_layout().digest() == tier_layout().digest()
+    others = [tier_layout(model="o"), tier_layout(kv_dtype="float16"),
+              tier_layout(tokens_per_hash=32), tier_layout(blocks_per_chunk=2),
+              tier_layout(groups=((16, LAYERS[:1]),)), tier_layout(world_size=2, tp_size=2),
+              tier_layout(world_size=2, pp_size=2), tier_layout(dcp_size=2),
+              tier_layout(pcp_size=2), tier_layout(replicated_layout=True),
+              tier_layout(canonical_layout=True), tier_layout(kv_cache_layout="HND"),
+              tier_layout(chunk_bytes=4096), tier_layout(namespace="tenant-a")]
+    digests = {o.digest() for o in others} | {tier_layout().digest()}
+    assert len(digests) == len(others) + 1
+    # Never the connector's namespace either, even for equal-looking fields.
+    assert tier_layout().digest() != layout().digest()
+
+
+def test_tier_keys_name_the_ranks_a_value_holds():
+    assert tier_layout().ranks() == "ranks0-0"
+    assert tier_layout(world_size=4, tp_size=4).ranks() == "ranks0-3"
+    assert tier_layout(world_size=4, tp_size=4, replicated_layout=True).ranks() == "ranks0-0"
+    assert K.tier_key("ns", "ranks0-1", bytes([0xAB, 0x01]), 2) == "vllm/ns/ranks0-1/ab01/g2"

@@ -1,0 +1,244 @@
+"""``MemkvTier``: memkv as a secondary tier of vLLM's ``TieringOffloadingSpec``.
+
+vLLM's tiered offloading keeps KV chunks in a CPU buffer (the primary tier) and cascades every
+chunk stored there to each secondary tier; a chunk the primary tier lacks is looked up in the
+secondary tiers and promoted back into the buffer. This tier keeps those chunks in memkv, so
+other engines (other processes, other hosts, the same engine after a restart) find them.
+
+Turn it on with ``OffloadingConnector`` and, in ``kv_connector_extra_config``::
+
+    "spec_name": "TieringOffloadingSpec",
+    "cpu_bytes_to_use": 8589934592,
+    "secondary_tiers": [{"type": "MemkvTier", "module_path": "memkv_vllm.tier",
+                         "servers": ["10.0.0.5:9900"]}]
+
+or ``{"type": "memkv", ...}`` once the ``vllm.general_plugins`` entry point of this package
+(``memkv_vllm.plugin:register``) has run, which vLLM does at start-up.
+
+Everything here runs in vLLM's scheduler and returns at once:
+
+* ``lookup`` answers from vLLM's ``AsyncLookupManager``: a key not seen yet is queued, asked of
+  memkv in one ``exists_many`` per step on the manager's thread (after ``on_schedule_end``), and
+  answers RETRY until then; HIT or MISS after. A secondary tier never answers HIT_PENDING: the
+  tiering manager itself turns a HIT into HIT_PENDING while it promotes the chunk.
+* ``submit_store`` / ``submit_load`` hand the job to ``transfers.ChunkTransfers`` (worker
+  threads, ``put_many`` / ``get_many_into`` straight from and into the buffer's rows);
+  ``get_finished_jobs`` collects what ended.
+* Failures are misses, never wrong bytes: a load that fails or finds a value of the wrong size
+  fails those chunks (vLLM frees their rows and recomputes), and its keys are marked missing so
+  the scheduler does not promote them again and again. Every memkv call carries ``timeout_ms``,
+  and after a connection failure memkv is not asked again for ``retry_after_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, ClassVar
+
+from vllm.v1.kv_offload.base import (
+    Locality,
+    LookupResult,
+    Medium,
+    OffloadKey,
+    ReqContext,
+    RequestOffloadingContext,
+    ScheduleEndContext,
+    get_offload_block_hash,
+    get_offload_group_idx,
+)
+from vllm.v1.kv_offload.tiering.async_lookup import AsyncLookupManager
+from vllm.v1.kv_offload.tiering.base import (
+    JobId,
+    JobResult,
+    SecondaryTierManager,
+    TransferJob,
+)
+from vllm.v1.metrics.cache_hit_source import CacheHitSource
+
+from . import keys as K
+from .settings import DEFAULT_RETRY_AFTER_S, parse
+from .store import Store, StoreUnavailable
+from .transfers import ChunkTransfers, Outcome
+
+if TYPE_CHECKING:
+    from vllm.v1.kv_offload.base import OffloadingSpec
+    from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
+
+logger = logging.getLogger("vllm.memkv_vllm")
+
+
+class MemkvLookups(AsyncLookupManager):
+    """vLLM's per-tier lookup cache and thread, asking memkv one batch per step."""
+
+    def __init__(self, tier_type: str, store: Store, tier: MemkvTier) -> None:
+        self._store = store
+        self._tier = tier
+        super().__init__(tier_type=tier_type)
+
+    def batch_lookup(self, keys: list[OffloadKey], req_context: ReqContext) -> Iterable[bool]:
+        try:
+            found: list[bool] = self._store.call(
+                "exists_many", [self._tier.memkv_key(k) for k in keys]
+            )
+        except StoreUnavailable:
+            # Store has logged it once; vLLM would log again on every step of an outage.
+            return [False] * len(keys)
+        return found
+
+
+class MemkvTier(SecondaryTierManager):
+    """A secondary tier in memkv: one memkv value per offloaded chunk (one row of the buffer)."""
+
+    # memkv servers are other hosts' memory (or drives): neither this host's memory nor its
+    # disk, so hits are reported as external.
+    medium: ClassVar[Medium | None] = None
+    cache_hit_source: ClassVar[CacheHitSource] = CacheHitSource.EXTERNAL_UNSPECIFIED
+
+    def __init__(
+        self,
+        offloading_spec: OffloadingSpec,
+        primary_kv_view: memoryview,
+        tier_type: str,
+        servers: list[str] | str | None = None,
+        auth_key: str | None = None,
+        transport: str | None = None,
+        timeout_ms: int | None = None,
+        config: str | None = None,
+        namespace: str = "",
+        model_id: str | None = None,
+        retry_after_s: float = DEFAULT_RETRY_AFTER_S,
+        load_threads: int = 2,
+        store_threads: int = 2,
+        locality: str | None = "REMOTE",
+        backpressure_detector: BackpressureDetector | None = None,
+    ) -> None:
+        """Args beyond vLLM's own: memkv's client settings (``servers``, ``auth_key``,
+        ``transport``, ``timeout_ms``, ``config``; each left out is taken from ``MEMKV_*``),
+        ``namespace`` (mixed into every key), ``model_id`` (the model's name in keys, when hosts
+        load the same weights from different paths), ``retry_after_s`` (back-off after a
+        connection failure), ``load_threads`` / ``store_threads`` (transfer threads) and
+        ``locality`` (vLLM's tier filter; memkv is ``REMOTE`` unless said otherwise)."""
+        super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        self.locality = Locality(locality.upper()) if locality else None
+        if load_threads < 1 or store_threads < 1:
+            raise ValueError("memkv_vllm: load_threads and store_threads must be at least 1")
+        if not primary_kv_view.c_contiguous:
+            raise ValueError("memkv_vllm: the primary tier's buffer is not C-contiguous")
+
+        source = f"secondary tier '{tier_type}'"
+        given = dict(
+            servers=servers, auth_key=auth_key, transport=transport, timeout_ms=timeout_ms,
+            config=config, retry_after_s=retry_after_s,
+        )
+        settings = parse({k: v for k, v in given.items() if v is not None}, os.environ, source)
+
+        spec_config = offloading_spec.config
+        parallel = spec_config.parallel
+        layout = K.TierLayout(
+            model=model_id or spec_config.model.name,
+            kv_dtype=spec_config.model.dtype,
+            tokens_per_hash=spec_config.cache.tokens_per_hash,
+            blocks_per_chunk=spec_config.cache.blocks_per_chunk,
+            groups=tuple((g.tokens_per_block, tuple(g.layer_names)) for g in spec_config.groups),
+            world_size=parallel.world_size,
+            tp_size=parallel.tp_size,
+            pp_size=parallel.pp_size,
+            pcp_size=parallel.pcp_size,
+            dcp_size=parallel.dcp_size,
+            replicated_layout=bool(offloading_spec.replicated_layout),
+            canonical_layout=spec_config.canonical_layout,
+            kv_cache_layout=spec_config.kv_cache_layout,
+            chunk_bytes=self.block_size_bytes,
+            namespace=namespace,
+        )
+        self.namespace = layout.digest()
+        self._ranks = layout.ranks()
+
+        self._store = Store(settings, "tier")
+        # One flat byte view of the buffer, rows sliced from it per transfer (no copies).
+        self._rows = primary_kv_view.cast("B")
+        # Only registers where RDMA can use it (Store decides); over TCP it would slow gets.
+        self._store.register([self._rows])
+        self._transfers = ChunkTransfers(
+            self._store, self._rows, self.block_size_bytes, load_threads, store_threads
+        )
+        self._lookups = MemkvLookups(tier_type, self._store, self)
+        # Keys of promotions in flight, so a failed one can mark exactly its keys missing.
+        self._load_keys: dict[JobId, list[OffloadKey]] = {}
+        self._closed = False
+        logger.info(
+            "memkv_vllm tier '%s': namespace %s (model %s), %d-byte chunks, servers %s",
+            tier_type, self.namespace, layout.model, self.block_size_bytes,
+            settings.client_kwargs.get("servers", "from MEMKV_SERVERS / MEMKV_CONFIG"),
+        )
+
+    def memkv_key(self, key: OffloadKey) -> str:
+        return K.tier_key(
+            self.namespace, self._ranks, get_offload_block_hash(key), get_offload_group_idx(key)
+        )
+
+    def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
+        found = self._lookups.lookup(key, req_context)
+        if found is None:
+            return LookupResult.RETRY
+        return LookupResult.HIT if found else LookupResult.MISS
+
+    def submit_store(self, job_metadata: TransferJob) -> None:
+        keys = [self.memkv_key(k) for k in job_metadata.keys]
+        self._transfers.submit_store(job_metadata.job_id, keys, job_metadata.chunk_ids.tolist())
+
+    def submit_load(self, job_metadata: TransferJob) -> None:
+        offload_keys = list(job_metadata.keys)
+        self._load_keys[job_metadata.job_id] = offload_keys
+        keys = [self.memkv_key(k) for k in offload_keys]
+        self._transfers.submit_load(job_metadata.job_id, keys, job_metadata.chunk_ids.tolist())
+
+    def get_finished_jobs(self) -> Iterable[JobResult]:
+        return [self._result(outcome) for outcome in self._transfers.finished()]
+
+    def _result(self, outcome: Outcome) -> JobResult:
+        success = all(outcome.ok)
+        successful_keys = None
+        load_keys = self._load_keys.pop(outcome.job_id, None)
+        if load_keys is not None and not success:
+            loaded = [k for k, ok in zip(load_keys, outcome.ok) if ok]
+            successful_keys = tuple(loaded) or None
+            # Without this the scheduler would see the cached HIT again and promote the same
+            # missing chunk on every step (vLLM #49176).
+            self._lookups.mark_miss([k for k, ok in zip(load_keys, outcome.ok) if not ok])
+        return JobResult(
+            job_id=outcome.job_id,
+            success=success,
+            successful_keys=successful_keys,
+            transfer_time=outcome.seconds,
+            transfer_bytes=outcome.nbytes,
+        )
+
+    def on_new_request(self, req_context: ReqContext) -> RequestOffloadingContext:
+        return RequestOffloadingContext()
+
+    def on_request_finished(self, req_context: ReqContext) -> None:
+        self._lookups.cleanup(req_context.req_id)
+
+    def on_schedule_end(self, context: ScheduleEndContext) -> None:
+        self._lookups.flush()
+
+    def drain_jobs(self) -> None:
+        self._transfers.drain()
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._lookups.shutdown()
+        self._transfers.shutdown()
+        self._store.close()
+        # vLLM unmaps the buffer after its tiers shut down; a view of ours still alive would
+        # keep it exported and the unmap would fail.
+        try:
+            self._rows.release()
+        except BufferError as e:
+            logger.warning("memkv_vllm tier: the offload buffer is still in use (%s)", e)
+
