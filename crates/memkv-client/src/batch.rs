@@ -5,8 +5,8 @@
 use memkv_proto::batch;
 use memkv_proto::{Opcode, ProtoError, Status};
 
-use crate::join::join_all;
 use crate::{Client, Error, Result};
+use futures::future::join_all;
 
 /// Payload bytes a TCP batch frame aims at. The protocol allows frames up to
 /// `max_frame_payload` (256 MiB), but one such frame occupies one connection and one server
@@ -249,7 +249,7 @@ impl Client {
             let (key, value) = (items[i].0.as_ref(), items[i].1.as_ref());
             meta.extend_from_slice(&(key.len() as u16).to_le_bytes());
             meta.extend_from_slice(&(value.len() as u32).to_le_bytes());
-            meta.extend_from_slice(&memkv_store::checksum(value).to_le_bytes());
+            meta.extend_from_slice(&memkv_proto::checksum::of(value).to_le_bytes());
             meta.extend_from_slice(key);
             ends.push(meta.len());
         }
@@ -512,7 +512,7 @@ impl Client {
             .into_iter()
             .zip(&chunk.items)
             .map(|(item, &index)| match item.status {
-                Status::Ok => crate::conn::checksum::verify(item.value, item.checksum)
+                Status::Ok => memkv_proto::checksum::verify(item.value, item.checksum)
                     .map_err(protocol)
                     .and_then(|()| found(index, item.value).map(Some)),
                 Status::NotFound => Ok(None),

@@ -8,8 +8,8 @@ use std::time::Duration;
 use memkv_proto::AuthKey;
 use serde::Deserialize;
 
-use crate::key_file;
 use crate::{Error, Result};
+use memkv_config::key_file;
 
 /// Server used when none is configured.
 pub const DEFAULT_SERVER: &str = "127.0.0.1:9900";
@@ -353,21 +353,9 @@ fn in_range(n: u64, origin: &str, min: u64, max: u64) -> Result<u64> {
 
 /// `"250ms"`, `"5s"`, `"1m"`, or a bare number of milliseconds.
 fn parse_duration_ms(text: &str, origin: &str) -> Result<u64> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let scale = match unit.trim() {
-        "" | "ms" => 1,
-        "s" => 1000,
-        "m" | "min" => 60_000,
-        _ => 0,
-    };
-    let value = digits.parse::<u64>().ok().filter(|_| scale > 0);
-    let Some(ms) = value.and_then(|v| v.checked_mul(scale)) else {
-        return Err(Error::Config(format!(
-            "{origin}: {t:?} is not a duration such as \"500ms\" or \"5s\""
-        )));
-    };
+    let duration = memkv_config::parse_duration(text, memkv_config::BareNumber::Milliseconds)
+        .map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+    let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
     in_range(ms, origin, 1, MAX_TIMEOUT_MS)
 }
 

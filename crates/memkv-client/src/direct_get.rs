@@ -97,7 +97,7 @@ impl Client {
         let mut lent: Vec<Lent<'_, D>> = dests.iter_mut().flatten().map(Lent).collect();
         let (framed_results, single_outcomes) = tokio::join!(
             self.get_batch_into(&framed_keys, &mut lent),
-            crate::join::join_all(
+            futures::future::join_all(
                 single
                     .iter()
                     .zip(single_dests)

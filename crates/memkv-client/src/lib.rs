@@ -29,8 +29,6 @@ mod conn;
 mod destination;
 mod direct_get;
 mod error;
-mod join;
-pub mod key_file;
 pub mod metrics;
 mod pool;
 mod rdma;
@@ -47,6 +45,8 @@ pub use client::Client;
 pub use config::{ClientConfig, Transport};
 pub use destination::ReadDestination;
 pub use error::{Error, Result};
+/// The local auth key file (shared with the server: `memkv-config`).
+pub use memkv_config::key_file;
 pub use memkv_proto::messages::StatsResponse;
 pub use memkv_proto::{AuthKey, Status};
 pub use memkv_rdma::CallerMemory;

@@ -20,11 +20,11 @@ use tokio::sync::Mutex;
 
 use crate::config::{ClientConfig, Transport};
 use crate::conn::Connection;
-use crate::join::join_all;
 use crate::pool::ServerPool;
 use crate::rdma_channel::Channel;
 use crate::rdma_rails::{Health, Rail, RailStats, usable};
 use crate::{Error, Result};
+use futures::future::join_all;
 
 /// Staging buffers per rail and their size: unregistered values pass through these.
 const STAGING_BUFFERS: usize = 16;

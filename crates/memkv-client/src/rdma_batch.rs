@@ -6,12 +6,12 @@
 use std::ops::Range;
 
 use crate::batch::{Chunk, PUT_ITEM_HEADER, Planned};
-use crate::join::join_all;
 use crate::rdma::RdmaPath;
 use crate::rdma_flow::Dest;
 use crate::rdma_ops::RdmaBuffer;
 use crate::rdma_plan::disjoint_mut;
 use crate::{Client, Error, Result};
+use futures::future::join_all;
 
 impl Client {
     /// `put_batch`'s chunks over RDMA; one outcome per chunk, as the TCP path gives.

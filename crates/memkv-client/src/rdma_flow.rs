@@ -9,11 +9,11 @@ use memkv_proto::messages::{
 use memkv_proto::{Opcode, Status};
 
 use crate::client::Client;
-use crate::join::join_all;
 use crate::rdma::{RdmaPath, rdma_err};
 use crate::rdma_move::{Remote, merge};
 use crate::rdma_ops::{RdmaBuffer, verify};
 use crate::{Error, Result};
+use futures::future::join_all;
 
 /// Where gets put the values they read.
 pub(crate) enum Dest<'a> {
@@ -71,7 +71,7 @@ impl Client {
                         self.abort(index, alloc.reservation).await;
                         return Ok(());
                     }
-                    self.commit(index, alloc.reservation, memkv_store::checksum(value))
+                    self.commit(index, alloc.reservation, memkv_proto::checksum::of(value))
                         .await
                 },
             ))

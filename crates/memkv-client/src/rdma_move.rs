@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use memkv_rdma::{RdmaError, Transfer};
 
-use crate::join::join_all;
 use crate::rdma::{RdmaPath, Session, rdma_err};
 use crate::rdma_ops::RdmaBuffer;
 use crate::rdma_plan::{Segment, disjoint_mut, pack, split_for_rails, spread};
 use crate::{Error, Result};
+use futures::future::join_all;
 
 /// Where a value lives in the server's arena; `len` 0 moves nothing.
 #[derive(Debug, Clone, Copy, Default)]

@@ -50,7 +50,7 @@ impl RdmaBuffer {
 }
 
 pub(crate) fn verify(server: &str, bytes: &[u8], expected: u64) -> Result<()> {
-    let actual = memkv_store::checksum(bytes);
+    let actual = memkv_proto::checksum::of(bytes);
     if actual == expected {
         Ok(())
     } else {

@@ -160,6 +160,7 @@ impl RdmaDevice {
     /// Registers the store's memory arena for remote READ and WRITE. The region holds the
     /// handle, so the arena stays mapped for as long as the region is registered, whatever
     /// order the store and the region are dropped in.
+    #[cfg(feature = "store")]
     pub fn register_store_arena(
         &self,
         arena: memkv_store::ArenaHandle,

@@ -37,7 +37,7 @@ pub struct MemoryRegion {
     registration_time: Duration,
     /// What keeps the registered memory mapped, when the region owns a share in it (the
     /// store's arena). Declared after `mr`: the memory is released after deregistration.
-    _owner: Option<memkv_store::ArenaHandle>,
+    _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for MemoryRegion {
@@ -103,8 +103,9 @@ impl MemoryRegion {
     }
 
     /// This region, keeping `owner` (the memory it registers) alive until it is dropped.
-    pub(crate) fn owning(mut self, owner: memkv_store::ArenaHandle) -> Self {
-        self._owner = Some(owner);
+    #[cfg_attr(not(feature = "store"), allow(dead_code))]
+    pub(crate) fn owning(mut self, owner: impl std::any::Any + Send + Sync) -> Self {
+        self._owner = Some(Box::new(owner));
         self
     }
 

@@ -21,8 +21,8 @@
 //!   writer that disappears leaks nothing. **Eviction** (`eviction`): CLOCK over committed,
 //!   unpinned blocks, or `Full` errors when eviction is off.
 //!
-//! * **Checksums** ([`mod@checksum`], public): xxh3-64 everywhere; the arena layer has an AVX2
-//!   build (picked at run time) that also copies while hashing, so a memory-mode put reads its
+//! * **Checksums** ([`mod@checksum`], public; the `memkv-checksum` crate): xxh3-64 everywhere,
+//!   with an AVX2 build (picked at run time) that also copies while hashing, so a memory-mode put reads its
 //!   source once, and so does a file-mode read: drive files are mapped and a read copies the
 //!   value out of the page cache while hashing it (after MADV_POPULATE_READ, which turns a
 //!   would-be SIGBUS into an error; `pread` plus hashing where the kernel lacks it, or with
@@ -45,7 +45,8 @@
 //! least one extent in file mode, so file mode suits block-sized values (KV-cache blocks), not
 //! tiny ones.
 //!
-//! `unsafe` is confined to `arena` (the mapping, block slices and the SIMD checksum).
+//! `unsafe` is confined to `arena` (the mapping and block slices); the SIMD checksum's is in
+//! `memkv-checksum`.
 
 mod allocator;
 mod arena;

@@ -221,5 +221,5 @@ async fn read_one<R: AsyncRead + Unpin>(
 fn verify(opener: &mut Opener, raw: &[u8; HEADER_LEN], payload: &[u8]) -> Result<(), ProtoError> {
     opener
         .verify(raw, &[], payload, false)
-        .and_then(|h| super::checksum::verify(payload, h.checksum))
+        .and_then(|h| memkv_proto::checksum::verify(payload, h.checksum))
 }

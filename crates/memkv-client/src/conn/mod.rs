@@ -7,7 +7,6 @@
 //! answers. A frame that fails verification, or a request abandoned half-written, closes the
 //! connection and fails everything outstanding on it.
 
-pub(crate) mod checksum;
 mod handshake;
 mod io;
 mod pending;
@@ -142,7 +141,7 @@ impl Connection {
             .register(id, opcode, sink)
             .map_err(CallError::NotSent)?;
         // Hash outside the writer lock so other requests are not held up by a large value.
-        let sum = sum.unwrap_or_else(|| checksum::of_parts(payload));
+        let sum = sum.unwrap_or_else(|| memkv_proto::checksum::of_parts(payload));
         {
             let mut writer = self.writer.lock().await;
             let mut guard = io::WriteGuard::new(&mut writer, &self.shared);

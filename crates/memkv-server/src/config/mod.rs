@@ -3,27 +3,24 @@
 //! its default and the accepted forms. The server does not read `MEMKV_CONFIG` (that
 //! variable is the client's).
 //!
-//! This module and its children depend only on serde, serde_norway, thiserror, getrandom and
-//! tracing, so the client and CLI can reuse [`AuthKey`], the key-file helpers and the size
-//! parser without pulling in the server runtime.
+//! Sizes and the key file are `memkv-config`'s, shared with the client and the CLI.
 
-mod auth_key;
 mod error;
-mod key_file;
 mod locate;
 mod raw;
 mod sections;
-mod size;
 mod validate;
 mod validate_storage;
 
 use std::path::{Path, PathBuf};
 
-pub use auth_key::{AUTH_KEY_HEX_LEN, AuthKey, AuthKeyError};
 pub use error::{ConfigError, ConfigErrorKind};
-pub use key_file::{KeyFileError, default_key_file_path, load_or_create_key_file, read_key_file};
+pub use memkv_config::{ACCEPTED_SIZE_FORMS, ByteSize, SizeError, parse_size};
+pub use memkv_config::{
+    KeyFileError, default_key_file_path, load_or_create_key_file, read_key_file,
+};
+pub use memkv_proto::{AUTH_KEY_HEX_LEN, AuthKey, KeyParseError as AuthKeyError};
 pub use sections::*;
-pub use size::{ACCEPTED_SIZE_FORMS, ByteSize, SizeError, parse_size};
 
 use locate::KeyLines;
 use raw::RawConfig;

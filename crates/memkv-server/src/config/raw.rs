@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::size::SizeText;
+use memkv_config::SizeText;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

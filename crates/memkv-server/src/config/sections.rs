@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::auth_key::AuthKey;
-use super::size::ByteSize;
+use memkv_config::ByteSize;
+use memkv_proto::AuthKey;
 
 pub const DEFAULT_PORT: u16 = 9900;
 pub const DEFAULT_MEMORY_BLOCK_SIZE: ByteSize = ByteSize::mib(2);

@@ -4,12 +4,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::auth_key::AuthKey;
 use super::error::{ConfigError, ConfigErrorKind};
 use super::locate::KeyLines;
 use super::raw::{AutoOrNumber, RawConfig, RawRdma};
 use super::sections::*;
-use super::size::{ByteSize, SizeText, parse_size};
+use memkv_config::{ByteSize, SizeText, parse_size};
+use memkv_proto::AuthKey;
 
 /// Smallest and largest block sizes; blocks must also be whole 4 KiB pages.
 pub(super) const MIN_BLOCK: ByteSize = ByteSize::kib(4);

@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::error::ConfigError;
 use super::raw::{RawDrive, RawStorage};
 use super::sections::*;
-use super::size::ByteSize;
 use super::validate::Checker;
+use memkv_config::ByteSize;
 
 type Checked<T> = Result<T, ConfigError>;
 

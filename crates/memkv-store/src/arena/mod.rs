@@ -1,15 +1,14 @@
 //! The memory-mode arena: one anonymous mapping (explicit hugepages, else transparent
 //! hugepages, else ordinary pages) plus the blocks handed out inside it.
 //!
-//! This is the only module with `unsafe`: here, in [`checksum`] (whose fused copy-and-hash
-//! writes arena blocks and dispatches to an AVX2 build at run time), in [`drive_map`] (file-mode
-//! drives mapped for one-pass reads) and in [`prefault`]. Soundness rests on one invariant kept
+//! This is the only module with `unsafe`: here, in [`drive_map`] (file-mode drives mapped for
+//! one-pass reads) and in [`prefault`]. (The SIMD checksum, whose fused copy-and-hash writes
+//! arena blocks, is the `memkv-checksum` crate, shared with the client.) Soundness rests on one invariant kept
 //! here: an [`ArenaBlock`] is the sole owner of its range (the [`Allocator`] never hands out
 //! overlapping live ranges, and a block frees its range only when dropped), so `&mut` access
 //! through a block never aliases another block's bytes. Remote writers (RDMA) act outside Rust's model; the
 //! protocol (reservation ids, pins) keeps them on ranges nobody else reads at the time.
 
-mod checksum;
 mod drive_map;
 mod prefault;
 
@@ -19,9 +18,9 @@ use std::sync::Arc;
 use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::allocator::{AllocStats, Allocation, Allocator};
-pub use checksum::Xxh3Stream;
-pub(crate) use checksum::{IncrementalXxh3, copy_and_xxh3, xxh3};
 pub(crate) use drive_map::DriveMap;
+pub use memkv_checksum::Xxh3Stream;
+pub(crate) use memkv_checksum::{IncrementalXxh3, copy_and_xxh3, xxh3};
 pub use prefault::{MAX_PREFAULT_THREADS, PrefaultMethod, PrefaultReport};
 
 /// What memory backs the arena.

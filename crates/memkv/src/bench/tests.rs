@@ -79,7 +79,7 @@ fn bad_options_are_refused_by_name() {
     for (args, needle) in [
         (&["--sizes", "4K,3Q"][..], "\"3Q\""),
         (&["--sizes", "128M"], "64M"),
-        (&["--duration", "1h"], "duration"),
+        (&["--duration", "25h"], "duration"),
         (&["--threads", "0"], "threads"),
         (&["--batch", "20000"], "batch"),
         (&["--op", "scan"], "scan"),

@@ -5,25 +5,13 @@ use std::time::Duration;
 /// Largest block a sweep may name: the protocol's default value limit.
 pub const MAX_BLOCK: u64 = 64 << 20;
 
-/// Parses one size: bytes, or a number with K, M or G (powers of 1024; `KiB`, `KB` and `k`
-/// mean the same, as in fio and redis-benchmark). 1 byte ..= 64 MiB.
+/// Parses one block size (`memkv_config::parse_size`'s forms: "4K", "1M", "16 MiB", "4096"):
+/// 1 byte ..= 64 MiB.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => 0,
-    };
-    let size = digits
-        .parse::<u64>()
-        .ok()
-        .filter(|_| scale > 0)
-        .and_then(|n| n.checked_mul(scale))
-        .ok_or_else(|| format!("{t:?} is not a size such as 4096, 4K, 1M or 16M"))?;
+    let size = memkv_config::parse_size(t)
+        .map_err(|e| format!("{t:?} is not a size such as 4096, 4K, 1M or 16M ({e})"))?
+        .bytes();
     if size == 0 || size > MAX_BLOCK {
         return Err(format!(
             "{t:?} is out of range: block sizes are 1 byte ..= 64M (the value limit)"
@@ -51,26 +39,12 @@ pub fn parse_sweep(text: &str) -> Result<Vec<u64>, String> {
 /// Longest run accepted per block size.
 const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 
-/// Parses "500ms", "10s", "2m", or a bare number of seconds.
+/// Parses "500ms", "10s", "2m", or a bare number of seconds: 1 ms ..= 24 h.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let millis: u64 = match unit.trim() {
-        "ms" => 1,
-        "" | "s" => 1000,
-        "m" | "min" => 60_000,
-        _ => 0,
-    };
-    let duration = digits
-        .parse::<u64>()
-        .ok()
-        .filter(|_| millis > 0)
-        .and_then(|n| n.checked_mul(millis))
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("{t:?} is not a duration such as 500ms, 10s or 2m"))?;
-    if duration.is_zero() || duration > MAX_DURATION {
-        return Err(format!("{t:?} is out of range: 1ms ..= 24h"));
+    let duration = memkv_config::parse_duration(text, memkv_config::BareNumber::Seconds)
+        .map_err(|e| e.to_string())?;
+    if duration < Duration::from_millis(1) || duration > MAX_DURATION {
+        return Err(format!("{:?} is out of range: 1ms ..= 24h", text.trim()));
     }
     Ok(duration)
 }
@@ -112,7 +86,8 @@ mod tests {
         assert_eq!(parse_size("4K"), Ok(4096));
         assert_eq!(parse_size("4k"), Ok(4096));
         assert_eq!(parse_size("4KiB"), Ok(4096));
-        assert_eq!(parse_size("16KB"), Ok(16 << 10));
+        assert_eq!(parse_size("16KB"), Ok(16_000));
+        assert_eq!(parse_size("1 MiB"), Ok(1 << 20));
         assert_eq!(parse_size("1M"), Ok(1 << 20));
         assert_eq!(parse_size(" 16M "), Ok(16 << 20));
         assert_eq!(parse_size("64M"), Ok(64 << 20));
@@ -121,15 +96,7 @@ mod tests {
 
     #[test]
     fn bad_sizes_name_the_entry_and_the_limit() {
-        for bad in [
-            "",
-            "K",
-            "4X",
-            "1.5M",
-            "-4K",
-            "4 K B",
-            "99999999999999999999G",
-        ] {
+        for bad in ["", "K", "4X", "-4K", "4 K B", "99999999999999999999G"] {
             let e = parse_size(bad).unwrap_err();
             assert!(e.contains("is not a size"), "{bad:?}: {e}");
         }
@@ -165,7 +132,8 @@ mod tests {
         assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        for bad in ["", "0", "0s", "1h", "1.5s", "25m0", "2000m"] {
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["", "0", "0s", "25h", "1.5.1s", "25m0", "2000m"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
     }

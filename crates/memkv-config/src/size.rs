@@ -3,7 +3,8 @@
 //! Accepted forms (documented for operators in `config.example.yaml`):
 //! - a plain integer: bytes (`4096`, or a YAML integer);
 //! - a number followed by a unit, with or without a space: `B`, binary `KiB` `MiB` `GiB`
-//!   `TiB` (powers of 1024) or decimal `KB` `MB` `GB` `TB` (powers of 1000). Units are
+//!   `TiB` (powers of 1024), their one-letter forms `K` `M` `G` `T` (also powers of 1024, as in
+//!   fio and redis-benchmark), or decimal `KB` `MB` `GB` `TB` (powers of 1000). Units are
 //!   matched case-insensitively; `KB` always means 1000, never 1024;
 //! - a decimal fraction with a unit (`1.5 GiB`) as long as the result is a whole number of
 //!   bytes.
@@ -16,10 +17,14 @@ use std::str::FromStr;
 
 /// One-line description of what the parser accepts, used in every error message.
 pub const ACCEPTED_SIZE_FORMS: &str = "accepted forms: integer bytes (4096), or a number with a unit \
-B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. \"2 MiB\", \"1.5 GiB\"";
+B, KiB, MiB, GiB, TiB or K, M, G, T (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. \"2 MiB\", \"1.5 GiB\", \"4K\"";
 
-const UNITS: [(&str, u64); 9] = [
+const UNITS: [(&str, u64); 13] = [
     ("b", 1),
+    ("k", 1 << 10),
+    ("m", 1 << 20),
+    ("g", 1 << 30),
+    ("t", 1 << 40),
     ("kib", 1 << 10),
     ("mib", 1 << 20),
     ("gib", 1 << 30),
@@ -230,6 +235,9 @@ mod tests {
             ("2 TB", 2_000_000_000_000),
             ("  8 mib ", 8 << 20),
             ("0.5 KiB", 512),
+            ("4K", 4096),
+            ("16m", 16 << 20),
+            ("1 G", 1 << 30),
         ];
         for &(text, bytes) in cases {
             assert_eq!(parse_size(text), Ok(ByteSize(bytes)), "{text}");

@@ -6,7 +6,7 @@ use super::{BLOCK, MIDSIZE_MAX, STRIPE, avx2, has_avx2};
 /// Feed the value in order, with [`Self::advance`] (the filled prefix of the buffer) or
 /// [`Self::copy_in`] (the next part, copied into the buffer and hashed in one pass), then call
 /// [`Self::finish`] with the whole buffer.
-pub(crate) struct IncrementalXxh3 {
+pub struct IncrementalXxh3 {
     len: usize,
     state: State,
 }

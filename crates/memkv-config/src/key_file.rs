@@ -12,7 +12,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::auth_key::{AuthKey, AuthKeyError};
+use memkv_proto::{AuthKey, KeyParseError as AuthKeyError};
 
 /// A key file could not be read or written. Every message names the file.
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +91,7 @@ pub fn load_or_create_key_file(path: &Path) -> Result<(AuthKey, bool), KeyFileEr
         path: path.to_owned(),
         source,
     };
-    let key = super::auth_key::generate().map_err(|source| KeyFileError::Random {
+    let key = crate::generate_auth_key().map_err(|source| KeyFileError::Random {
         path: path.to_owned(),
         source,
     })?;

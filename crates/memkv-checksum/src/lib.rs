@@ -1,7 +1,12 @@
-//! xxh3-64, with a fused "copy and hash" pass.
+//! memkv-checksum: xxh3-64 (seed 0, default secret), memkv's integrity checksum, with a fused
+//! "copy and hash" pass.
 //!
-//! The hash is the store's integrity check, computed on every put and every file-mode read, so
-//! its speed bounds theirs. `xxhash-rust` picks its SIMD path at compile time (SSE2 on a
+//! Clients compute it for every value they send and check it on every value they receive; the
+//! store checks it on every put and every file-mode read, so its speed bounds theirs. It is a
+//! crate of its own so that clients share the fast path without pulling in the storage engine.
+//! Its `unsafe` is the AVX2 kernels' (SIMD intrinsics and unaligned loads and stores), each
+//! block with a SAFETY note.
+//! `xxhash-rust` picks its SIMD path at compile time (SSE2 on a
 //! default x86-64 build). Here the long-input loop (inputs over 240 bytes, the ones that cost)
 //! has an AVX2 version chosen at run time when the CPU has it; the copy variant stores each
 //! 64-byte stripe while it is in registers, so a put reads its source once (and a file-mode
@@ -21,7 +26,7 @@ mod tests;
 
 use std::sync::OnceLock;
 
-pub(crate) use incremental::IncrementalXxh3;
+pub use incremental::IncrementalXxh3;
 pub use stream::Xxh3Stream;
 
 const STRIPE: usize = 64;
@@ -56,7 +61,7 @@ const SECRET: [u8; SECRET_LEN] = [
 ];
 
 /// xxh3-64 of `input`.
-pub(crate) fn xxh3(input: &[u8]) -> u64 {
+pub fn xxh3(input: &[u8]) -> u64 {
     if input.len() <= MIDSIZE_MAX {
         return xxhash_rust::xxh3::xxh3_64(input);
     }
@@ -70,7 +75,10 @@ pub(crate) fn xxh3(input: &[u8]) -> u64 {
 }
 
 /// Copies `src` into `dst` (same length) and returns xxh3-64 of the bytes, in one pass.
-pub(crate) fn copy_and_xxh3(dst: &mut [u8], src: &[u8]) -> u64 {
+///
+/// # Panics
+/// If the lengths differ, like [`slice::copy_from_slice`].
+pub fn copy_and_xxh3(dst: &mut [u8], src: &[u8]) -> u64 {
     assert_eq!(dst.len(), src.len(), "copy_and_xxh3 needs equal lengths");
     if src.len() <= MIDSIZE_MAX {
         dst.copy_from_slice(src);

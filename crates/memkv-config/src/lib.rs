@@ -1,18 +1,31 @@
-//! The shared 32-byte HMAC key, written as 64 hex characters in configs and key files. The
-//! type is the protocol's own ([`memkv_proto::AuthKey`]); this module adds key generation.
+//! memkv-config: the pieces of configuration that the client, the server and the CLI share, so
+//! that a size, a duration or the local key file means the same thing everywhere.
+//!
+//! * [`parse_size`] / [`ByteSize`]: "2 MiB", "1.5 GiB", "4K", "4096".
+//! * [`parse_duration`]: "500ms", "10s", "2m", or a bare number in the caller's unit.
+//! * [`key_file`]: where the generated auth key lives, reading it, and creating it atomically.
 
-pub use memkv_proto::{AUTH_KEY_HEX_LEN, AuthKey, KeyParseError as AuthKeyError};
+#![forbid(unsafe_code)]
 
-/// A fresh key from the operating system's random source.
-pub fn generate() -> Result<AuthKey, getrandom::Error> {
+mod duration;
+pub mod key_file;
+mod size;
+
+pub use duration::{BareNumber, DurationError, parse_duration};
+pub use key_file::{KeyFileError, default_key_file_path, load_or_create_key_file, read_key_file};
+pub use size::{ACCEPTED_SIZE_FORMS, ByteSize, SizeError, SizeText, parse_size};
+
+/// A fresh auth key from the operating system's random source.
+pub fn generate_auth_key() -> Result<memkv_proto::AuthKey, getrandom::Error> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)?;
-    Ok(AuthKey::from_bytes(bytes))
+    Ok(memkv_proto::AuthKey::from_bytes(bytes))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use memkv_proto::{AuthKey, KeyParseError as AuthKeyError};
     use proptest::prelude::*;
 
     const KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF";
@@ -53,7 +66,7 @@ mod tests {
 
     #[test]
     fn generated_keys_differ() {
-        assert_ne!(generate().unwrap(), generate().unwrap());
+        assert_ne!(generate_auth_key().unwrap(), generate_auth_key().unwrap());
     }
 
     proptest! {
