@@ -5,87 +5,13 @@
 use memkv_proto::batch;
 use memkv_proto::{Opcode, ProtoError, Status};
 
+use crate::destination::copy_into;
+use crate::plan::{
+    BATCH_PREFIX, Chunk, GET_ITEM_ANSWER_HEADER, KEY_ITEM_HEADER, PUT_ITEM_HEADER, Planned,
+    SINGLE_VALUE_MIN,
+};
 use crate::{Client, Error, Result};
 use futures::future::join_all;
-
-/// Payload bytes a TCP batch frame aims at. The protocol allows frames up to
-/// `max_frame_payload` (256 MiB), but one such frame occupies one connection and one server
-/// task from first byte to last; frames of a few MiB spread a batch of large values over the
-/// pool's connections and overlap sending, storing and answering. An item larger than this
-/// still travels, alone in its frame.
-pub(crate) const TCP_CHUNK_TARGET: usize = 8 << 20;
-
-/// Values of at least this size travel as single pipelined TcpPut / TcpGet requests instead of
-/// inside batch frames, all at once over the pool's connections: a server sends a single get
-/// straight from its arena and hashes a single put as it lands, while a batch frame is
-/// assembled, MACed and taken apart whole (measured on loopback, 4 MiB values with four
-/// callers: 4.2 GiB/s as singles, 1.1 GiB/s in batches of eight). Smaller values keep the
-/// batch frames, where the per-request cost dominates.
-pub(crate) const SINGLE_VALUE_MIN: usize = 64 << 10;
-
-/// Bytes of a batch payload before its items (the item count).
-const BATCH_PREFIX: usize = 4;
-/// Bytes of a BatchPut item before its key and value.
-pub(crate) const PUT_ITEM_HEADER: usize = 14;
-/// Bytes of a BatchGet answer item besides its value (status, length, checksum), rounded up.
-const GET_ITEM_ANSWER_HEADER: usize = 16;
-/// Bytes of a key-list item before its key.
-const KEY_ITEM_HEADER: usize = 2;
-
-/// One batch frame: the server and the caller's item indices it carries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Chunk {
-    pub server: usize,
-    pub items: Vec<usize>,
-}
-
-/// An item that passed local checks: its index, owner and encoded size.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Planned {
-    pub index: usize,
-    pub server: usize,
-    pub size: usize,
-}
-
-/// Groups items by server (keeping the caller's order within each) and cuts each group into
-/// chunks of at most `max_items` items and `max_bytes` payload bytes.
-pub(crate) fn plan_chunks(
-    items: &[Planned],
-    servers: usize,
-    max_items: usize,
-    max_bytes: usize,
-) -> Vec<Chunk> {
-    let mut open: Vec<Option<(Chunk, usize)>> = vec![None; servers];
-    let mut done = Vec::new();
-    for item in items {
-        let slot = &mut open[item.server];
-        if let Some((chunk, bytes)) = slot
-            && (chunk.items.len() >= max_items || *bytes + item.size > max_bytes)
-        {
-            done.push(std::mem::replace(
-                chunk,
-                Chunk {
-                    server: item.server,
-                    items: Vec::new(),
-                },
-            ));
-            *bytes = BATCH_PREFIX;
-        }
-        let (chunk, bytes) = slot.get_or_insert_with(|| {
-            (
-                Chunk {
-                    server: item.server,
-                    items: Vec::new(),
-                },
-                BATCH_PREFIX,
-            )
-        });
-        chunk.items.push(item.index);
-        *bytes += item.size;
-    }
-    done.extend(open.into_iter().flatten().map(|(c, _)| c));
-    done
-}
 
 /// Spreads chunk outcomes over the per-item results; a failed chunk fails each of its items.
 fn scatter<T>(
@@ -136,27 +62,6 @@ impl Client {
             }
         }
         self.chunks(&planned)
-    }
-
-    /// Chunks within the protocol's limits (RDMA batches: values do not travel in frames).
-    pub(crate) fn chunks(&self, planned: &[Planned]) -> Vec<Chunk> {
-        self.chunks_of(planned, usize::MAX)
-    }
-
-    /// Chunks for TCP frames: also at most about [`TCP_CHUNK_TARGET`] bytes each.
-    pub(crate) fn tcp_chunks(&self, planned: &[Planned]) -> Vec<Chunk> {
-        self.chunks_of(planned, TCP_CHUNK_TARGET)
-    }
-
-    fn chunks_of(&self, planned: &[Planned], target: usize) -> Vec<Chunk> {
-        let limits = &self.inner.limits;
-        let frame = usize::try_from(limits.max_frame_payload).unwrap_or(usize::MAX);
-        plan_chunks(
-            planned,
-            self.inner.pools.len(),
-            limits.max_batch_items,
-            frame.min(target),
-        )
     }
 
     /// Stores every `(key, value)`; one result per item, in order.
@@ -217,7 +122,7 @@ impl Client {
         }
         if let Some(rdma) = rdma {
             // `auto` after an RDMA failure: those items again, over TCP.
-            let retry = crate::rdma_batch::fallen_back(rdma, &out);
+            let retry = crate::rdma::batch::fallen_back(rdma, &out);
             let planned: Vec<Planned> = planned.into_iter().filter(|p| retry[p.index]).collect();
             let chunks = self.tcp_chunks(&planned);
             let outcomes = join_all(chunks.iter().map(|c| self.put_chunk(c, items))).await;
@@ -351,7 +256,7 @@ impl Client {
         scatter(&chunks, outcomes, &mut out);
         if let Some(rdma) = rdma {
             // `auto` after an RDMA failure: those keys again, over TCP.
-            let retry = crate::rdma_batch::fallen_back(rdma, &out);
+            let retry = crate::rdma::batch::fallen_back(rdma, &out);
             let planned: Vec<Planned> = chunks
                 .iter()
                 .flat_map(|c| c.items.iter().map(|&index| (c.server, index)))
@@ -522,18 +427,6 @@ impl Client {
     }
 }
 
-/// Copies `value` to the front of `buf`; its length, or why it does not fit.
-pub(crate) fn copy_into(value: &[u8], buf: &mut [u8]) -> Result<usize> {
-    let Some(dest) = buf.get_mut(..value.len()) else {
-        return Err(Error::BufferTooSmall {
-            len: value.len() as u64,
-            capacity: buf.len() as u64,
-        });
-    };
-    dest.copy_from_slice(value);
-    Ok(value.len())
-}
-
 fn encode_chunk_keys<K: AsRef<[u8]>>(chunk: &Chunk, keys: &[K]) -> Vec<u8> {
     let chosen: Vec<&[u8]> = chunk.items.iter().map(|&i| keys[i].as_ref()).collect();
     batch::encode_keys(&chosen)
@@ -544,6 +437,3 @@ fn count_mismatch(got: usize, sent: usize) -> ProtoError {
         "batch answer has {got} items for a request of {sent}"
     ))
 }
-
-#[cfg(test)]
-mod tests;

@@ -8,6 +8,8 @@
 
 use std::any::Any;
 
+use crate::{Error, Result};
+
 /// Memory a value can be read into, owned by its request while the request is in flight.
 ///
 /// Implement it for buffers whose bytes stay valid wherever the value moves (a `Vec<u8>`, a
@@ -39,4 +41,16 @@ pub(crate) fn unbox<D: ReadDestination>(dest: BoxedDestination) -> D {
     let any: Box<dyn Any> = dest;
     *any.downcast::<D>()
         .expect("a destination comes back as the type it was sent as")
+}
+
+/// Copies `value` to the front of `buf`; its length, or why it does not fit.
+pub(crate) fn copy_into(value: &[u8], buf: &mut [u8]) -> Result<usize> {
+    let Some(dest) = buf.get_mut(..value.len()) else {
+        return Err(Error::BufferTooSmall {
+            len: value.len() as u64,
+            capacity: buf.len() as u64,
+        });
+    };
+    dest.copy_from_slice(value);
+    Ok(value.len())
 }

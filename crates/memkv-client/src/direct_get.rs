@@ -3,10 +3,11 @@
 
 use memkv_proto::{Opcode, Status};
 
-use crate::batch::{SINGLE_VALUE_MIN, copy_into};
 use crate::client::Request;
 use crate::conn::Sink;
+use crate::destination::copy_into;
 use crate::destination::{ReadDestination, unbox};
+use crate::plan::SINGLE_VALUE_MIN;
 use crate::{Client, Result};
 
 /// Lends a destination's bytes to the borrowing batch path.

@@ -5,11 +5,11 @@
 
 use std::ops::Range;
 
-use crate::batch::{Chunk, PUT_ITEM_HEADER, Planned};
-use crate::rdma::RdmaPath;
-use crate::rdma_flow::Dest;
-use crate::rdma_ops::RdmaBuffer;
-use crate::rdma_plan::disjoint_mut;
+use super::buffer::RdmaBuffer;
+use super::path::RdmaPath;
+use super::plan::disjoint_mut;
+use super::values::Dest;
+use crate::plan::{Chunk, PUT_ITEM_HEADER, Planned};
 use crate::{Client, Error, Result};
 use futures::future::join_all;
 

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use memkv_rdma::{RdmaError, Transfer};
 
-use crate::rdma::{RdmaPath, Session, rdma_err};
-use crate::rdma_ops::RdmaBuffer;
-use crate::rdma_plan::{Segment, disjoint_mut, pack, split_for_rails, spread};
+use super::buffer::RdmaBuffer;
+use super::path::{RdmaPath, Session, rdma_err};
+use super::plan::{Segment, disjoint_mut, pack, split_for_rails, spread};
 use crate::{Error, Result};
 use futures::future::join_all;
 

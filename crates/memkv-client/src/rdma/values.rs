@@ -1,17 +1,14 @@
 //! The control around RDMA transfers to one server, for one value or many: puts are N
 //! Allocates (pipelined on the multiplexed connection), one transfer of every value
-//! (`rdma_move`), then N Commits (or Aborts for values that did not move); gets are N Lookups,
+//! ([`super::mover`]), then N Commits (or Aborts for values that did not move); gets are N Lookups,
 //! one transfer, a checksum check per value and N Releases. Every value gets its own result.
 
-use memkv_proto::messages::{
-    AbortRequest, AllocateRequest, AllocateResponse, CommitRequest, LookupResponse,
-};
-use memkv_proto::{Opcode, Status};
+use memkv_proto::messages::LookupResponse;
 
+use super::buffer::{RdmaBuffer, verify};
+use super::mover::{Remote, merge};
+use super::path::RdmaPath;
 use crate::client::Client;
-use crate::rdma::{RdmaPath, rdma_err};
-use crate::rdma_move::{Remote, merge};
-use crate::rdma_ops::{RdmaBuffer, verify};
 use crate::{Error, Result};
 use futures::future::join_all;
 
@@ -167,98 +164,6 @@ impl Client {
         self.within(&server, op, work)
             .await
             .unwrap_or_else(|e| keys.iter().map(|_| Err(e.clone())).collect())
-    }
-
-    async fn allocate(&self, index: usize, key: &[u8], len: usize) -> Result<AllocateResponse> {
-        let server = self.server_name(index);
-        let request = AllocateRequest {
-            len: len as u64,
-            lease_ms: 0,
-        }
-        .encode();
-        let r = self
-            .exchange(
-                index,
-                "allocate",
-                Opcode::Allocate,
-                key,
-                &[&request],
-                None,
-                Vec::new(),
-            )
-            .await?;
-        if r.status != Status::Ok {
-            return Err(Error::from_status(server, r.status, &r.payload));
-        }
-        let alloc = AllocateResponse::decode(&r.payload).map_err(|e| rdma_err(server, e))?;
-        if alloc.rkey == 0 && len > 0 {
-            return Err(rdma_err(
-                server,
-                "the server gave no remote address (RDMA inactive there)",
-            ));
-        }
-        Ok(alloc)
-    }
-
-    async fn commit(&self, index: usize, reservation: u64, sum: u64) -> Result<()> {
-        let commit = CommitRequest {
-            reservation,
-            checksum: sum,
-        }
-        .encode();
-        let r = self
-            .exchange(
-                index,
-                "commit",
-                Opcode::Commit,
-                &[],
-                &[&commit],
-                None,
-                Vec::new(),
-            )
-            .await?;
-        match r.status {
-            Status::Ok => Ok(()),
-            _ => Err(Error::from_status(
-                self.server_name(index),
-                r.status,
-                &r.payload,
-            )),
-        }
-    }
-
-    /// Gives a reservation back; a lost Abort only lets the lease run out.
-    async fn abort(&self, index: usize, reservation: u64) {
-        let abort = AbortRequest { reservation }.encode();
-        let _ = self
-            .exchange(
-                index,
-                "abort",
-                Opcode::Abort,
-                &[],
-                &[&abort],
-                None,
-                Vec::new(),
-            )
-            .await;
-    }
-
-    /// Sends the Releases without waiting for them: the values are read by now, and waiting
-    /// would add a round trip to every get. A Release that never arrives (the process exits)
-    /// only leaves the pin to its lease.
-    fn release_pins(&self, index: usize, pins: &[Result<Option<LookupResponse>>]) {
-        let pins: Vec<u64> = pins
-            .iter()
-            .filter_map(|p| p.as_ref().ok().and_then(Option::as_ref))
-            .map(|p| p.pin)
-            .collect();
-        if pins.is_empty() {
-            return;
-        }
-        let client = self.clone();
-        tokio::spawn(async move {
-            join_all(pins.iter().map(|&pin| client.release_pin(index, pin))).await;
-        });
     }
 }
 

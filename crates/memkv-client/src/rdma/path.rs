@@ -2,8 +2,8 @@
 //! authenticated TCP connections; value bytes move one-sided with memkv-rdma. Each server gets
 //! one RC queue pair per rail (`MEMKV_RDMA_DEVICES`), each bound to the TCP connection that sent
 //! its Connect (the server drops its end when that connection closes; it allows 8 per
-//! connection). Transfers spread over the rails (`rdma_plan`); a failing rail is dropped for
-//! that server while the others carry on (`rdma_rails`).
+//! connection). Transfers spread over the rails ([`super::plan`]); a failing rail is dropped
+//! for that server while the others carry on ([`super::rails`]).
 //!
 //! `transport: auto` falls back to TCP for the rest of the process on the first RDMA failure,
 //! logged once at WARN with the reason; `transport: rdma` hands every failure to the caller.
@@ -18,11 +18,11 @@ use memkv_proto::{Opcode, Status};
 use memkv_rdma::{RdmaDevice, StagingPool};
 use tokio::sync::Mutex;
 
+use super::channel::{Channel, dci_pool};
+use super::rails::{Health, Rail, RailStats, usable};
 use crate::config::{ClientConfig, Transport};
 use crate::conn::Connection;
 use crate::pool::ServerPool;
-use crate::rdma_channel::Channel;
-use crate::rdma_rails::{Health, Rail, RailStats, usable};
 use crate::{Error, Result};
 use futures::future::join_all;
 
@@ -121,7 +121,7 @@ impl RdmaPath {
         for name in &names {
             let opened = RdmaDevice::open(&fabric, Some(name), None).and_then(|device| {
                 let staging = StagingPool::new(&device, STAGING_SIZE, STAGING_BUFFERS)?;
-                let dci = crate::rdma_channel::dci_pool(&device, config.num_dcis);
+                let dci = dci_pool(&device, config.num_dcis);
                 Ok(Rail::new(device, staging, dci))
             });
             match opened {

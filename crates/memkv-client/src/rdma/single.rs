@@ -1,85 +1,14 @@
 //! Single puts and gets over RDMA (Allocate, RDMA WRITE, Commit; Lookup, RDMA READ,
-//! Release: `rdma_flow` with one value), registered buffers, and transport reports.
+//! Release: [`super::values`] with one value), registered buffers, and transport reports.
 
-use memkv_proto::messages::{LookupRequest, LookupResponse, ReleaseRequest};
-use memkv_proto::{Opcode, Status};
-
+use super::buffer::RdmaBuffer;
+use super::path::RdmaPath;
+use super::rails::RailStats;
+use super::values::Dest;
 use crate::client::Client;
-use crate::rdma::{RdmaPath, rdma_err};
-use crate::rdma_flow::Dest;
-use crate::rdma_rails::RailStats;
 use crate::{Error, Result};
 
-/// Caller memory registered once with the client's RDMA rail: puts from it and gets into it
-/// move bytes between it and the server's arena with no copy.
-///
-/// Registration is per RDMA device: each buffer belongs to one rail (buffers take the rails in
-/// turn). Transfers with servers that rail reaches are zero-copy; otherwise they are staged
-/// through another rail.
-pub struct RdmaBuffer {
-    pub(crate) rail: usize,
-    pub(crate) buf: memkv_rdma::RegisteredBuffer,
-}
-
-impl RdmaBuffer {
-    /// The bytes.
-    pub fn as_slice(&self) -> &[u8] {
-        self.buf.as_slice()
-    }
-
-    /// The bytes, to fill before a put.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.buf.as_mut_slice()
-    }
-
-    /// Its length.
-    pub fn len(&self) -> usize {
-        self.buf.as_slice().len()
-    }
-
-    /// Whether it has no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// How long registering it took (pages populated on one thread per CPU for buffers of
-    /// 64 MiB and more, then one `ibv_reg_mr`).
-    pub fn registration_time(&self) -> std::time::Duration {
-        self.buf.setup_time()
-    }
-}
-
-pub(crate) fn verify(server: &str, bytes: &[u8], expected: u64) -> Result<()> {
-    let actual = memkv_proto::checksum::of(bytes);
-    if actual == expected {
-        Ok(())
-    } else {
-        Err(rdma_err(
-            server,
-            format!(
-                "value read by RDMA fails its checksum ({actual:#018x}, stored {expected:#018x})"
-            ),
-        ))
-    }
-}
-
 impl Client {
-    /// `work` under the per-operation deadline.
-    pub(crate) async fn within<T>(
-        &self,
-        server: &str,
-        op: &'static str,
-        work: impl Future<Output = Result<T>>,
-    ) -> Result<T> {
-        tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| Error::Timeout {
-                server: server.to_owned(),
-                op,
-                after: self.timeout,
-            })?
-    }
-
     /// Registers `len` bytes of memory for zero-copy [`Client::put_from`] and
     /// [`Client::get_into_buffer`]. Needs an active RDMA transport.
     pub fn register_buffer(&self, len: usize) -> Result<RdmaBuffer> {
@@ -148,52 +77,6 @@ impl Client {
             caps: &[cap],
         };
         one(self.get_values_rdma(rdma, index, "get", &[key], dest).await)
-    }
-
-    pub(crate) async fn lookup_pin(
-        &self,
-        index: usize,
-        key: &[u8],
-    ) -> Result<Option<LookupResponse>> {
-        let server = self.server_name(index);
-        let request = LookupRequest { lease_ms: 0 }.encode();
-        let r = self
-            .exchange(
-                index,
-                "lookup",
-                Opcode::Lookup,
-                key,
-                &[&request],
-                None,
-                Vec::new(),
-            )
-            .await?;
-        match r.status {
-            Status::Ok => LookupResponse::decode(&r.payload)
-                .map(Some)
-                .map_err(|e| rdma_err(server, e)),
-            Status::NotFound => Ok(None),
-            _ => Err(Error::from_status(server, r.status, &r.payload)),
-        }
-    }
-
-    pub(crate) async fn release_pin(&self, index: usize, pin: u64) {
-        let release = ReleaseRequest { pin }.encode();
-        let _ = self
-            .exchange(
-                index,
-                "release",
-                Opcode::Release,
-                &[],
-                &[&release],
-                None,
-                Vec::new(),
-            )
-            .await;
-    }
-
-    pub(crate) fn rdma(&self) -> Option<&RdmaPath> {
-        self.inner.rdma.as_ref().filter(|r| r.active())
     }
 
     /// A put with the value moved by RDMA WRITE into the server's arena.
