@@ -17,7 +17,8 @@ pub const DEFAULT_SERVER: &str = "127.0.0.1:9900";
 pub const DEFAULT_NUM_CONNECTIONS: usize = 4;
 /// Most connections per server accepted from configuration.
 pub const MAX_NUM_CONNECTIONS: usize = 1024;
-/// Default DC initiators per rail (as the server's `rdma.num_dcis`).
+/// Default DC initiators per rail (MemKV documents `rdma.num_dcis`, 16; in memkv only clients
+/// initiate, so the setting lives here).
 pub const DEFAULT_NUM_DCIS: u32 = 16;
 /// Most DC initiators per rail (memkv-rdma's limit).
 pub const MAX_NUM_DCIS: u32 = memkv_rdma::dc::MAX_DCIS;

@@ -17,8 +17,6 @@ pub const DEFAULT_STORAGE_BLOCK_SIZE: ByteSize = ByteSize::mib(4);
 pub const DEFAULT_RDMA_DEVICE: &str = "mlx5_0";
 pub const DEFAULT_RDMA_MTU: u32 = 4096;
 pub const RDMA_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
-pub const DEFAULT_NUM_DCIS: u32 = 16;
-pub const MAX_NUM_DCIS: u32 = 1024;
 pub const DEFAULT_MAX_VALUE_SIZE: ByteSize = ByteSize::mib(64);
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
 pub const DEFAULT_INFLIGHT_BYTES: ByteSize = ByteSize::mib(256);
@@ -141,7 +139,6 @@ pub struct RdmaConfig {
     pub mtu: Option<u32>,
     /// `None`: index 0, the default partition.
     pub pkey_index: Option<u16>,
-    pub num_dcis: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,7 +174,6 @@ impl Default for RdmaConfig {
             service_level: None,
             mtu: None,
             pkey_index: None,
-            num_dcis: DEFAULT_NUM_DCIS,
         }
     }
 }

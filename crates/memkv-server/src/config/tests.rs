@@ -46,7 +46,6 @@ fn defaults_are_documented_values() {
         config.rdma.mtu, None,
         "unset: 4096 capped at the active MTU"
     );
-    assert_eq!(config.rdma.num_dcis, 16);
     assert!(config.rdma.enabled);
     assert!(
         config.memory.prefault,
@@ -98,7 +97,7 @@ fn full_config_values_are_read() {
         "network:\n  address: \"[::1]:7000\"\n  auth_key: {KEY}\n  idle_timeout: 0\n\
 memory:\n  block_size: 4KiB\n  max_size: 1.5 GiB\n\
 storage:\n  mode: file\n  block_size: 8 MiB\n  drives:\n  - media: d0\n    size: 1 GB\n  - media: /abs/d1\n  eviction: none\n\
-rdma:\n  enabled: false\n  device: rxe0\n  gid_index: 3\n  traffic_class: 106\n  service_level: 3\n  mtu: 1024\n  pkey_index: 1\n  num_dcis: 64\n\
+rdma:\n  enabled: false\n  device: rxe0\n  gid_index: 3\n  traffic_class: 106\n  service_level: 3\n  mtu: 1024\n  pkey_index: 1\n\
 limits:\n  max_value_size: 16 MiB\n  max_connections: 5\n  per_connection_inflight_bytes: 16 MiB\n\
 logging:\n  level: memkv_server=debug,warn\n"
     );
@@ -121,10 +120,7 @@ logging:\n  level: memkv_server=debug,warn\n"
         ),
         (false, "rxe0", Some(3), Some(106), Some(3))
     );
-    assert_eq!(
-        (rdma.mtu, rdma.pkey_index, rdma.num_dcis),
-        (Some(1024), Some(1), 64)
-    );
+    assert_eq!((rdma.mtu, rdma.pkey_index), (Some(1024), Some(1)));
     assert_eq!(config.limits.max_connections, 5);
     assert_eq!(config.logging.level, "memkv_server=debug,warn");
 }
@@ -269,11 +265,11 @@ fn every_error_names_key_and_line() {
             &["`auto`"],
         ),
         (
-            "rdma:\n  num_dcis: 0\n",
+            "rdma:\n  num_dcis: 16\n",
             InvalidValue,
             2,
             "rdma.num_dcis",
-            &["1..=1024"],
+            &["no DC initiators", "MEMKV_RDMA_NUM_DCIS"],
         ),
         (
             "rdma:\n  device: ''\n",

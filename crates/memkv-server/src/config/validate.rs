@@ -237,6 +237,17 @@ impl Checker<'_> {
         let traffic_class =
             auto_or("rdma.traffic_class", raw.traffic_class, 255)?.filter(|tc| *tc != 0);
         let service_level = auto_or("rdma.service_level", raw.service_level, 15)?;
+        if raw.num_dcis.is_some() {
+            // MemKV lists this key for servers; in memkv only clients initiate transfers, so a
+            // server has no initiator pool to size. Refused rather than ignored, so an operator
+            // who meant to tune DC learns where the setting works.
+            return Err(self.invalid(
+                "rdma.num_dcis",
+                "memkv servers open no DC initiators (clients start every transfer and reach \
+                 the server's DC target); size the clients' pools with num_dcis in their config \
+                 or MEMKV_RDMA_NUM_DCIS, and remove this key",
+            ));
+        }
         Ok(RdmaConfig {
             enabled: raw.enabled.unwrap_or(defaults.enabled),
             device,
@@ -250,13 +261,6 @@ impl Checker<'_> {
                     Some(self.ranged("rdma.pkey_index", Some(n), 0, 0, u64::from(u16::MAX))? as u16)
                 }
             },
-            num_dcis: self.ranged(
-                "rdma.num_dcis",
-                raw.num_dcis,
-                u64::from(DEFAULT_NUM_DCIS),
-                1,
-                u64::from(MAX_NUM_DCIS),
-            )? as u32,
         })
     }
 
