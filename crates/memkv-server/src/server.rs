@@ -44,7 +44,6 @@ impl Server {
     /// Opens the store, binds the data and admin listeners and starts serving.
     pub async fn start(config: ServerConfig) -> Result<Server, StartError> {
         crate::metrics::install();
-        config.ensure_supported_by_build()?;
         let (key, source) = config
             .resolve_auth_key()
             .map_err(|e| StartError::AuthKey(e.to_string()))?;

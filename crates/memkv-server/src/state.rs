@@ -144,7 +144,7 @@ impl StatusSource for Shared {
             data_listener_up: self.listener_up.load(Ordering::Acquire),
             rdma_expected: self.rdma.expected,
             rdma_active: self.rdma.active,
-            drives_online: if self.config.storage.mode == StorageMode::File {
+            drives_online: if self.config.storage.mode != StorageMode::Memory {
                 online
             } else {
                 0

@@ -7,25 +7,32 @@ use memkv_store::{
 
 use crate::config::{EvictionPolicy, FileReads, ServerConfig, StorageMode};
 
-/// The storage-engine configuration for `config`. `direct` is refused earlier by
-/// [`ServerConfig::ensure_supported_by_build`].
+/// The storage-engine configuration for `config`.
 pub fn store_config(config: &ServerConfig) -> StoreConfig {
+    let drives = || {
+        config
+            .storage
+            .drives
+            .iter()
+            .map(|d| DriveConfig {
+                path: d.media.clone(),
+                size: d.size.map(|s| s.0),
+            })
+            .collect()
+    };
+    let block_size = config.storage.block_size.0;
     let mode = match config.storage.mode {
-        StorageMode::Memory | StorageMode::Direct => StoreMode::Memory {
+        StorageMode::Memory => StoreMode::Memory {
             max_size: config.memory.max_size.0,
             block_size: config.memory.block_size.0,
         },
         StorageMode::File => StoreMode::File {
-            drives: config
-                .storage
-                .drives
-                .iter()
-                .map(|d| DriveConfig {
-                    path: d.media.clone(),
-                    size: d.size.map(|s| s.0),
-                })
-                .collect(),
-            block_size: config.storage.block_size.0,
+            drives: drives(),
+            block_size,
+        },
+        StorageMode::Direct => StoreMode::Direct {
+            drives: drives(),
+            block_size,
         },
     };
     StoreConfig {

@@ -221,10 +221,22 @@ async fn hostile_clients_are_refused_and_others_keep_working() {
 #[tokio::test]
 async fn file_mode_keeps_acknowledged_blocks_across_restart() {
     let dir = std::env::temp_dir().join(format!("memkv-server-file-{}", std::process::id()));
+    drive_mode_keeps_acknowledged_blocks_across_restart(dir, "file").await;
+}
+
+#[tokio::test]
+async fn direct_mode_keeps_acknowledged_blocks_across_restart() {
+    // O_DIRECT needs a disk filesystem: the target directory is one even where /tmp is tmpfs.
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("memkv-server-direct-{}", std::process::id()));
+    drive_mode_keeps_acknowledged_blocks_across_restart(dir, "direct").await;
+}
+
+async fn drive_mode_keeps_acknowledged_blocks_across_restart(dir: std::path::PathBuf, mode: &str) {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let extra = format!(
-        "storage:\n  mode: file\n  block_size: 1 MiB\n  drives:\n    - media: {}\n      size: 64 MiB\n    - media: {}\n      size: 64 MiB\n",
+        "storage:\n  mode: {mode}\n  block_size: 1 MiB\n  drives:\n    - media: {}\n      size: 64 MiB\n    - media: {}\n      size: 64 MiB\n",
         dir.join("d0").display(),
         dir.join("d1").display()
     );

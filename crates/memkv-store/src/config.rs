@@ -34,11 +34,29 @@ pub struct DriveConfig {
 pub enum StoreMode {
     /// One contiguous (hugepage-backed when possible) arena of `max_size` bytes.
     Memory { max_size: u64, block_size: u64 },
-    /// Extents of `block_size` bytes striped over drive files.
+    /// Extents of `block_size` bytes striped over drive files, through the page cache.
     File {
         drives: Vec<DriveConfig>,
         block_size: u64,
     },
+    /// File mode's layout on block devices (or files) opened with O_DIRECT and driven through
+    /// io_uring: no page cache, several requests in flight per drive.
+    Direct {
+        drives: Vec<DriveConfig>,
+        block_size: u64,
+    },
+}
+
+impl StoreMode {
+    /// The drives and extent size of a drive-backed mode.
+    pub fn drives(&self) -> Option<(&[DriveConfig], u64)> {
+        match self {
+            StoreMode::Memory { .. } => None,
+            StoreMode::File { drives, block_size } | StoreMode::Direct { drives, block_size } => {
+                Some((drives, *block_size))
+            }
+        }
+    }
 }
 
 /// How file mode reads values back.
@@ -96,6 +114,14 @@ impl StoreConfig {
         })
     }
 
+    /// Direct mode with file mode's defaults.
+    pub fn direct(drives: Vec<DriveConfig>) -> Self {
+        Self::with_mode(StoreMode::Direct {
+            drives,
+            block_size: DEFAULT_FILE_BLOCK_SIZE,
+        })
+    }
+
     fn with_mode(mode: StoreMode) -> Self {
         Self {
             mode,
@@ -125,7 +151,7 @@ impl StoreConfig {
                     return bad(format!("memory.max_size {max_size} exceeds the limit 2^47"));
                 }
             }
-            StoreMode::File { drives, block_size } => {
+            StoreMode::File { drives, block_size } | StoreMode::Direct { drives, block_size } => {
                 check_block_size("storage.block_size", *block_size)?;
                 if drives.is_empty() {
                     return bad("storage.drives must name at least one drive".into());

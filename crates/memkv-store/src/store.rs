@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{EvictionPolicy, StoreConfig, StoreMode, check_key};
 use crate::error::{Result, StoreError};
-use crate::file::{FileBackend, MAX_EXTENTS_PER_VALUE};
+use crate::file::{DriveAccess, FileBackend, MAX_EXTENTS_PER_VALUE};
 use crate::memory::MemoryBackend;
 use crate::pins::PinTable;
 use crate::reservation::{Reservation, ReservationTable, Space};
@@ -66,7 +66,7 @@ impl Store {
                 let cap = (max_size / block_size) * block_size;
                 (Backend::Memory(m), cap)
             }
-            StoreMode::File { drives, block_size } => {
+            StoreMode::File { drives, block_size } | StoreMode::Direct { drives, block_size } => {
                 let per_value = MAX_EXTENTS_PER_VALUE as u64 * block_size;
                 if config.max_value_size > per_value {
                     return Err(StoreError::BadRequest(format!(
@@ -74,7 +74,11 @@ impl Store {
                         config.max_value_size
                     )));
                 }
-                let f = FileBackend::open(drives, *block_size, config.file_reads)?;
+                let access = match config.mode {
+                    StoreMode::Direct { .. } => DriveAccess::Direct,
+                    _ => DriveAccess::PageCache(config.file_reads),
+                };
+                let f = FileBackend::open(drives, *block_size, access)?;
                 let cap = f.device_stats().iter().map(|d| d.usable).sum();
                 (Backend::File(Box::new(f)), cap)
             }

@@ -4,10 +4,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TempDir, file_config};
+use common::{TempDir, direct_config, file_config};
 use memkv_store::{EvictionPolicy, Store, StoreConfig, StoreError, checksum};
 
-fn both_modes(dir: &TempDir) -> Vec<(&'static str, Store)> {
+fn every_mode(dir: &TempDir, direct_dir: &TempDir) -> Vec<(&'static str, Store)> {
     vec![
         (
             "memory",
@@ -17,13 +17,17 @@ fn both_modes(dir: &TempDir) -> Vec<(&'static str, Store)> {
             "file",
             Store::open(file_config(dir, 2, 64 << 20, 1 << 20)).unwrap(),
         ),
+        (
+            "direct",
+            Store::open(direct_config(direct_dir, 2, 64 << 20, 1 << 20)).unwrap(),
+        ),
     ]
 }
 
 #[test]
 fn put_get_delete_and_two_phase() {
     let dir = TempDir::new("basic");
-    for (mode, store) in both_modes(&dir) {
+    for (mode, store) in every_mode(&dir, &TempDir::on_disk(&format!("{}-direct", line!()))) {
         store.put(b"a", b"hello").unwrap();
         assert_eq!(&*store.get(b"a").unwrap().unwrap(), b"hello", "{mode}");
         let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
@@ -189,7 +193,16 @@ fn eviction_lru_and_none_and_pins() {
 #[test]
 fn file_mode_survives_reopen_and_detects_corruption() {
     let dir = TempDir::new("reopen");
-    let cfg = file_config(&dir, 2, 64 << 20, 1 << 20);
+    survives_reopen_and_detects_corruption(file_config(&dir, 2, 64 << 20, 1 << 20));
+}
+
+#[test]
+fn direct_mode_survives_reopen_and_detects_corruption() {
+    let dir = TempDir::on_disk("reopen-direct");
+    survives_reopen_and_detects_corruption(direct_config(&dir, 2, 64 << 20, 1 << 20));
+}
+
+fn survives_reopen_and_detects_corruption(cfg: StoreConfig) {
     let big: Vec<u8> = (0..2_500_000u32).map(|i| (i * 7) as u8).collect();
     {
         let store = Store::open(cfg.clone()).unwrap();
@@ -283,7 +296,7 @@ fn pins_expire_and_stop_blocking_eviction() {
 #[test]
 fn batches_and_mode_specific_calls() {
     let dir = TempDir::new("batch");
-    for (mode, store) in both_modes(&dir) {
+    for (mode, store) in every_mode(&dir, &TempDir::on_disk(&format!("{}-direct", line!()))) {
         let items: Vec<(&[u8], &[u8])> = vec![(b"x", b"1"), (b"y", b"22"), (&[0; 2000], b"bad")];
         let put = store.put_batch(&items);
         assert!(put[0].is_ok() && put[1].is_ok(), "{mode}");
@@ -298,7 +311,7 @@ fn batches_and_mode_specific_calls() {
         let del = store.delete_batch(&[b"x", b"z"]);
         assert!(*del[0].as_ref().unwrap() && !*del[1].as_ref().unwrap());
         assert_eq!(store.exists_batch(&[b"x", b"y"]), vec![false, true]);
-        if mode == "file" {
+        if mode != "memory" {
             assert!(store.arena().is_none());
             assert!(matches!(
                 store.lookup(b"y", Duration::from_secs(1)),

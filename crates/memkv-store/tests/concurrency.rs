@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TempDir, file_config};
+use common::{TempDir, direct_config, file_config};
 use memkv_store::{Store, StoreConfig, StoreError, checksum};
 
 const KEYS: u64 = 12;
@@ -156,6 +156,22 @@ fn file_mode_no_torn_reads() {
     drop(store);
     // Whatever was last committed survives a restart intact.
     let store = Store::open(file_config(&dir, 2, 24 << 20, 256 << 10)).unwrap();
+    let mut buf = Vec::new();
+    for key in 0..KEYS {
+        if let Some(sum) = store.read_into(&key.to_le_bytes(), &mut buf).unwrap() {
+            verify(key, &buf, sum);
+        }
+    }
+    assert_eq!(store.stats().checksum_failures, 0);
+}
+
+#[test]
+fn direct_mode_no_torn_reads() {
+    let dir = TempDir::on_disk("concurrency-direct");
+    let store = Arc::new(Store::open(direct_config(&dir, 2, 24 << 20, 256 << 10)).unwrap());
+    hammer(Arc::clone(&store), 6, 250, 700_000);
+    drop(store);
+    let store = Store::open(direct_config(&dir, 2, 24 << 20, 256 << 10)).unwrap();
     let mut buf = Vec::new();
     for key in 0..KEYS {
         if let Some(sum) = store.read_into(&key.to_le_bytes(), &mut buf).unwrap() {

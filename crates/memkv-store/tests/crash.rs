@@ -1,4 +1,4 @@
-//! Crash safety in file mode: a child process (this test binary re-run with an env var) writes
+//! Crash safety in file and direct mode: a child process (this test binary re-run with an env var) writes
 //! and deletes continuously and reports each acknowledged operation over a pipe; the parent
 //! SIGKILLs it at a random moment, reopens the store and checks that every acknowledged value
 //! reads back bit-exact, deleted keys stay deleted, and nothing else (apart from the one
@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TempDir, file_config};
+use common::{TempDir, direct_config, file_config};
 use memkv_store::{EvictionPolicy, Store, StoreConfig, checksum};
 
 const CHILD_ENV: &str = "MEMKV_CRASH_CHILD";
@@ -43,9 +43,13 @@ fn content(key: u64, version: u64, len: usize) -> Vec<u8> {
     v
 }
 
-fn config(dir: &std::path::Path) -> StoreConfig {
+fn config(dir: &std::path::Path, direct: bool) -> StoreConfig {
     let dir = TempDir(dir.to_owned());
-    let mut cfg = file_config(&dir, 2, 24 << 20, 256 << 10);
+    let mut cfg = if direct {
+        direct_config(&dir, 2, 24 << 20, 256 << 10)
+    } else {
+        file_config(&dir, 2, 24 << 20, 256 << 10)
+    };
     std::mem::forget(dir);
     // Acknowledged values must never disappear, so nothing may be evicted.
     cfg.eviction = EvictionPolicy::None;
@@ -66,7 +70,8 @@ fn crash_child() {
     let dir = std::path::PathBuf::from(parts.next().unwrap());
     let seed: u64 = parts.next().unwrap().parse().unwrap();
     let mut version: u64 = parts.next().unwrap().parse().unwrap();
-    let store = Store::open(config(&dir)).unwrap();
+    let direct = parts.next() == Some("direct");
+    let store = Store::open(config(&dir, direct)).unwrap();
     let mut out = std::io::stdout().lock();
     writeln!(out, "READY").unwrap();
     let mut rng = Rng(seed);
@@ -133,6 +138,15 @@ fn apply(model: &mut HashMap<u64, State>, op: Logged) {
 
 #[test]
 fn crash_recovery() {
+    crash_recovery_in(false);
+}
+
+#[test]
+fn crash_recovery_direct() {
+    crash_recovery_in(true);
+}
+
+fn crash_recovery_in(direct: bool) {
     let seed = std::env::var("MEMKV_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -143,7 +157,12 @@ fn crash_recovery() {
                 .as_nanos() as u64
         });
     eprintln!("crash_recovery: MEMKV_CRASH_SEED={seed}");
-    let dir = TempDir::new("crash");
+    let dir = if direct {
+        TempDir::on_disk("crash-direct")
+    } else {
+        TempDir::new("crash")
+    };
+    let mode = if direct { "direct" } else { "file" };
     let exe = std::env::current_exe().unwrap();
     let mut rng = Rng(seed);
     let mut model: HashMap<u64, State> = HashMap::new();
@@ -164,7 +183,7 @@ fn crash_recovery() {
             .env(
                 CHILD_ENV,
                 format!(
-                    "{}|{child_seed}|{}",
+                    "{}|{child_seed}|{}|{mode}",
                     dir.path().display(),
                     (iteration + 1) << 32
                 ),
@@ -206,8 +225,8 @@ fn crash_recovery() {
             }
         }
 
-        let store =
-            Store::open(config(dir.path())).unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
+        let store = Store::open(config(dir.path(), direct))
+            .unwrap_or_else(|e| panic!("{ctx}: reopen: {e}"));
         let mut alternative = model.clone();
         if let Some(op) = in_flight {
             apply(&mut alternative, op);

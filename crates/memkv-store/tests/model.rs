@@ -216,4 +216,11 @@ proptest! {
         let cfg = file_config(&dir, 2, 24 << 20, 1 << 20);
         run(ops, &|| Store::open(cfg.clone()).unwrap(), true)?;
     }
+
+    #[test]
+    fn direct_mode_matches_model(ops in prop::collection::vec(op(), 1..40)) {
+        let dir = TempDir::on_disk("model-direct");
+        let cfg = common::direct_config(&dir, 2, 24 << 20, 1 << 20);
+        run(ops, &|| Store::open(cfg.clone()).unwrap(), true)?;
+    }
 }

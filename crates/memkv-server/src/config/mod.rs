@@ -133,18 +133,6 @@ impl ServerConfig {
         ))
     }
 
-    /// Refuses settings this build parses but cannot run. Call before starting anything.
-    pub fn ensure_supported_by_build(&self) -> Result<(), ConfigError> {
-        if self.storage.mode == StorageMode::Direct {
-            return Err(self.error_at(
-                ConfigErrorKind::Unsupported,
-                "storage.mode",
-                "storage.mode direct is not supported by this build yet; use file or memory",
-            ));
-        }
-        Ok(())
-    }
-
     /// An error about `key` of this config, located on the key's line in the source text.
     /// For start-time checks outside this module (e.g. a drive that cannot be opened).
     pub fn error_at(

@@ -69,7 +69,6 @@ fn embedded_default_is_loopback_memory_mode() {
     assert_eq!(config.network.auth_key, None);
     assert_eq!(config.storage.mode, StorageMode::Memory);
     assert_eq!(config.memory.max_size, ByteSize::gib(1));
-    config.ensure_supported_by_build().unwrap();
 }
 
 #[test]
@@ -88,7 +87,6 @@ fn example_config_parses() {
     let tls = config.network.tls.as_ref().unwrap();
     assert_eq!(tls.cert, Path::new("/etc/memkv/tls/admin-cert.pem"));
     assert_eq!(config.rdma.gid_index, None);
-    config.ensure_supported_by_build().unwrap();
 }
 
 #[test]
@@ -380,17 +378,14 @@ fn every_error_names_key_and_line() {
 }
 
 #[test]
-fn direct_mode_parses_but_start_refuses() {
+fn direct_mode_is_the_default_with_drives_and_takes_sizes_for_files() {
     let config = parse("storage:\n  mode: direct\n  drives:\n  - media: /dev/nvme0n1\n").unwrap();
     assert_eq!(config.storage.mode, StorageMode::Direct);
-    let error = config.ensure_supported_by_build().unwrap_err();
-    assert_eq!(error.kind, ConfigErrorKind::Unsupported);
-    assert_eq!(
-        error.to_string(),
-        "test.yaml:2: storage.mode: storage.mode direct is not supported by this build yet; use file or memory"
-    );
     let implied = parse("storage:\n  drives:\n  - media: /dev/nvme0n1\n").unwrap();
     assert_eq!(implied.storage.mode, StorageMode::Direct);
+    let sized =
+        parse("storage:\n  mode: direct\n  drives:\n  - media: d0\n    size: 64 MiB\n").unwrap();
+    assert_eq!(sized.storage.drives[0].size, Some(ByteSize::mib(64)));
 }
 
 #[test]

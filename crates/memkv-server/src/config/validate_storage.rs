@@ -115,12 +115,6 @@ impl Checker<'_> {
                 .map(|text| self.size(&size_key, Some(text), ByteSize(0)))
                 .transpose()?;
             if let Some(size) = size {
-                if mode == StorageMode::Direct {
-                    return Err(self.invalid(
-                        &size_key,
-                        "size is only used in file mode; direct mode uses the whole device",
-                    ));
-                }
                 if size < block_size {
                     return Err(self.invalid(
                         &size_key,

@@ -2,7 +2,8 @@
 //! hugepages, else ordinary pages) plus the blocks handed out inside it.
 //!
 //! This is the only module with `unsafe`: here, in [`drive_map`] (file-mode drives mapped for
-//! one-pass reads) and in [`prefault`]. (The SIMD checksum, whose fused copy-and-hash writes
+//! one-pass reads), in [`prefault`] and in [`uring`] (direct mode's io_uring with registered
+//! buffers the kernel reads and writes). (The SIMD checksum, whose fused copy-and-hash writes
 //! arena blocks, is the `memkv-checksum` crate, shared with the client.) Soundness rests on one invariant kept
 //! here: an [`ArenaBlock`] is the sole owner of its range (the [`Allocator`] never hands out
 //! overlapping live ranges, and a block frees its range only when dropped), so `&mut` access
@@ -11,6 +12,7 @@
 
 mod drive_map;
 mod prefault;
+mod uring;
 
 use std::io;
 use std::sync::Arc;
@@ -22,6 +24,7 @@ pub(crate) use drive_map::DriveMap;
 pub use memkv_checksum::Xxh3Stream;
 pub(crate) use memkv_checksum::{IncrementalXxh3, copy_and_xxh3, xxh3};
 pub use prefault::{MAX_PREFAULT_THREADS, PrefaultMethod, PrefaultReport};
+pub(crate) use uring::{BufferLease, DIRECT_ALIGN, DirectRing, Direction, InFlight};
 
 /// What memory backs the arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

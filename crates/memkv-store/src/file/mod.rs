@@ -4,6 +4,7 @@
 //! miss.
 
 mod commit;
+mod direct;
 mod extents;
 pub(crate) mod io;
 mod journal;
@@ -52,6 +53,15 @@ impl FileSpace {
     }
 }
 
+/// How drives are opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DriveAccess {
+    /// Through the page cache (file mode), reading as configured.
+    PageCache(crate::config::FileReads),
+    /// O_DIRECT through io_uring (direct mode).
+    Direct,
+}
+
 pub(crate) struct FileBackend {
     drives: Vec<Arc<dyn ExtentIo>>,
     block_size: u64,
@@ -65,12 +75,8 @@ pub(crate) struct FileBackend {
 }
 
 impl FileBackend {
-    pub fn open(
-        drives: &[DriveConfig],
-        block_size: u64,
-        reads: crate::config::FileReads,
-    ) -> Result<Self> {
-        open::open(drives, block_size, reads)
+    pub fn open(drives: &[DriveConfig], block_size: u64, access: DriveAccess) -> Result<Self> {
+        open::open(drives, block_size, access)
     }
 
     fn extents_for(&self, len: u64) -> usize {

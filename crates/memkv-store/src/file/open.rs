@@ -10,11 +10,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use super::commit::{BATCH_BYTES, GroupCommit};
+use super::direct::DirectDrive;
 use super::extents::{ExtentAllocator, split_extent};
 use super::io::{ExtentIo, FileDrive};
 use super::journal::{CommitRecord, Journal, MAX_BODY, PAGE, Record, SNAPSHOT_BYTES_PER_ENTRY};
 use super::superblock::{FORMAT_VERSION, Probe, SUPERBLOCK_LEN, Superblock};
-use super::{FileBackend, FileBlock, Layout};
+use super::{DriveAccess, FileBackend, FileBlock, Layout};
 use crate::config::{DEFAULT_DRIVE_SIZE, DriveConfig};
 use crate::error::{Result, StoreError};
 use crate::index::Index;
@@ -24,14 +25,22 @@ const DATA_ALIGN: u64 = 1 << 20;
 pub(super) fn open(
     cfgs: &[DriveConfig],
     block_size: u64,
-    reads: crate::config::FileReads,
+    access: DriveAccess,
 ) -> Result<FileBackend> {
-    let mapped = reads == crate::config::FileReads::Mapped;
     let mut drives: Vec<Arc<dyn ExtentIo>> = Vec::new();
     let mut probes = Vec::new();
     for (i, cfg) in cfgs.iter().enumerate() {
         let name = format!("storage.drives[{i}] ({})", cfg.path.display());
-        let drive = FileDrive::open(&cfg.path, cfg.size, DEFAULT_DRIVE_SIZE, mapped)
+        let opened: std::io::Result<Arc<dyn ExtentIo>> = match access {
+            DriveAccess::PageCache(reads) => {
+                let mapped = reads == crate::config::FileReads::Mapped;
+                FileDrive::open(&cfg.path, cfg.size, DEFAULT_DRIVE_SIZE, mapped)
+                    .map(|d| Arc::new(d) as Arc<dyn ExtentIo>)
+            }
+            DriveAccess::Direct => DirectDrive::open(&cfg.path, cfg.size, DEFAULT_DRIVE_SIZE)
+                .map(|d| Arc::new(d) as Arc<dyn ExtentIo>),
+        };
+        let drive = opened
             .map_err(|e| StoreError::Io(std::io::Error::new(e.kind(), format!("{name}: {e}"))))?;
         if drive.len() < SUPERBLOCK_LEN as u64 {
             return Err(StoreError::BadRequest(format!(
@@ -41,7 +50,7 @@ pub(super) fn open(
         let mut page = vec![0; SUPERBLOCK_LEN];
         drive.read_at(0, &mut page)?;
         probes.push(Superblock::probe(&page, &name)?);
-        drives.push(Arc::new(drive));
+        drives.push(drive);
     }
     let blank = probes.iter().filter(|p| matches!(p, Probe::Blank)).count();
     let sbs = if blank == probes.len() {

@@ -25,6 +25,16 @@ impl TempDir {
         Self(p)
     }
 
+    /// A scratch directory under the build's target directory, a disk filesystem even where
+    /// the system temp dir is tmpfs (direct mode's O_DIRECT needs one).
+    pub fn on_disk(tag: &str) -> Self {
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let p = base.join(format!("memkv-store-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+
     pub fn path(&self) -> &Path {
         &self.0
     }
@@ -50,10 +60,20 @@ pub fn file_config(dir: &TempDir, drives: usize, size: u64, block_size: u64) -> 
     cfg
 }
 
+/// Direct mode over drive files in `dir` (which must be on a disk filesystem: O_DIRECT is
+/// refused by tmpfs; see [`TempDir::on_disk`]).
+pub fn direct_config(dir: &TempDir, drives: usize, size: u64, block_size: u64) -> StoreConfig {
+    let mut cfg = file_config(dir, drives, size, block_size);
+    if let StoreMode::File { drives, block_size } = cfg.mode {
+        cfg.mode = StoreMode::Direct { drives, block_size };
+    }
+    cfg
+}
+
 fn drive_paths(cfg: &StoreConfig) -> Vec<PathBuf> {
-    match &cfg.mode {
-        StoreMode::File { drives, .. } => drives.iter().map(|d| d.path.clone()).collect(),
-        StoreMode::Memory { .. } => vec![],
+    match cfg.mode.drives() {
+        Some((drives, _)) => drives.iter().map(|d| d.path.clone()).collect(),
+        None => vec![],
     }
 }
 
