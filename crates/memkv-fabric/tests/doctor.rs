@@ -472,3 +472,16 @@ fn eight_rail_host_timing() {
         each.as_secs_f64() * 1e3
     );
 }
+
+#[test]
+fn docs_list_every_check() {
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/fabric.md"))
+            .unwrap();
+    for (id, _) in CHECKS {
+        assert!(
+            docs.contains(&format!("| `{id}` |")),
+            "docs/fabric.md lacks {id}"
+        );
+    }
+}
