@@ -48,9 +48,11 @@ struct Restore;
 impl Drop for Restore {
     fn drop(&mut self) {
         set_arp(&["all", "default", "vethA", "vethB"], 1, 2);
-        let _ = Command::new("ip")
-            .args(["neigh", "del", "192.0.2.2", "dev", "vethA"])
-            .status();
+        for (address, dev) in [("192.0.2.2", "vethA"), ("192.0.2.1", "vethB")] {
+            let _ = Command::new("ip")
+                .args(["neigh", "del", address, "dev", dev])
+                .output();
+        }
     }
 }
 
@@ -184,29 +186,40 @@ async fn a_rail_address_on_the_other_rails_mac_fails_naming_both() {
         "WARN"
     );
 
-    // The same through a server's /v1/status: its rails are this VM's rxe0/vethA and rxe1/vethB.
+    // Through a server's /v1/status: the server serves on rxe0, so its rail is vethA. Looking
+    // only at this host's rxe1 (rail vethB), only the server's report says who owns 192.0.2.1.
+    ip(&["neigh", "del", "192.0.2.2", "dev", "vethA"]);
+    ip(&[
+        "neigh",
+        "replace",
+        "192.0.2.1",
+        "dev",
+        "vethB",
+        "lladdr",
+        &mac_b,
+        "nud",
+        "permanent",
+    ]);
     let server = start_rdma_server().await;
     let addr = server.data_addr().to_string();
     let a = addr.clone();
-    let (code, report, err) = tokio::task::spawn_blocking(move || doctor(&["--server", &a]))
-        .await
-        .unwrap();
+    let (code, report, err) =
+        tokio::task::spawn_blocking(move || doctor(&["--device", "rxe1", "--server", &a]))
+            .await
+            .unwrap();
     assert_eq!(code, 11, "{err}");
     let f = finding(&report, "arp.server", &addr);
     assert_eq!(f["status"], "OK", "{f:#}");
-    let read = f["read"].as_str().unwrap();
-    assert!(
-        read.contains(&format!("rxe0 vethA 192.0.2.1 {mac_a}")),
-        "{read}"
-    );
-    assert!(
-        read.contains(&format!("rxe1 vethB 192.0.2.2 {mac_b}")),
-        "{read}"
-    );
-    assert!(
-        findings(&report, "arp.rail-mac")
-            .iter()
-            .any(|f| f["status"] == "FAIL")
+    assert_eq!(f["read"], format!("rails: rxe0 vethA 192.0.2.1 {mac_a}"));
+    let f = findings(&report, "arp.rail-mac")
+        .into_iter()
+        .find(|f| f["status"] == "FAIL")
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(
+        f["read"],
+        format!(
+            "192.0.2.1, the address of server {addr}'s vethA (MAC {mac_a}), resolves to {mac_b}, the MAC of vethB (PERMANENT entry on vethB)"
+        )
     );
     server.shutdown().await.unwrap();
 }

@@ -30,13 +30,10 @@ pub struct DoctorArgs {
 pub fn run(args: DoctorArgs, deadline: Duration) -> Result<(), Exit> {
     let pkey_index =
         client_pkey_index_from_env(None).map_err(|e| Exit::with(exit::FAILURE, e.to_string()))?;
-    let server = match &args.server {
-        Some(s) => Some(ServerRails {
-            server: s.clone(),
-            rails: server_rails(s, deadline),
-        }),
-        None => None,
-    };
+    let server = args.server.as_ref().map(|s| ServerRails {
+        server: s.clone(),
+        rails: server_rails(s, deadline),
+    });
     let options = DoctorOptions {
         device: args.device,
         watch: args.watch.map(Duration::from_secs),
