@@ -485,3 +485,48 @@ fn docs_list_every_check() {
         );
     }
 }
+
+#[test]
+fn a_host_without_rdma_fails_the_device_check() {
+    let h = memkv_fabric::doctor::doubles::HostFixture::create(scratch("empty")).unwrap();
+    h.kernel("6.15.2-memkv");
+    let r = run(h.root(), &options());
+    let f = find(&r, "stack.devices", "host");
+    assert_eq!(f.status, Status::Fail);
+    assert!(f.read.starts_with("no RDMA devices"), "{}", f.read);
+    assert_eq!(status(&r, "stack.modules", "host"), Status::Fail);
+}
+
+#[test]
+fn pkey_mtu_and_subnet_verdicts_follow_net_show_policy() {
+    let h = infiniband();
+    h.file("/sys/class/infiniband/mlx5_0/ports/1/pkeys/1", "0x0000\n");
+    h.file(
+        "/sys/class/infiniband/mlx5_1/ports/1/gids/0",
+        "fec0:0000:0000:0001:0002:c903:0001:0204\n",
+    );
+    let mut opts = options();
+    opts.config.pkey_index = Some(1);
+    opts.config.mtu = Some(memkv_fabric::types::Mtu::Mtu4096);
+    h.file(
+        "/sys/class/infiniband/mlx5_0/ports/1/verbs/active_mtu",
+        "2048\n",
+    );
+    let r = run(h.root(), &opts);
+    let pkey = find(&r, "stack.pkey", "mlx5_0 port 1");
+    assert_eq!(pkey.status, Status::Fail);
+    assert!(
+        pkey.read
+            .contains("P_Key table entry 1 of mlx5_0 port 1 is empty"),
+        "{}",
+        pkey.read
+    );
+    let mtu = find(&r, "stack.mtu", "mlx5_0 port 1");
+    assert_eq!(mtu.status, Status::Fail);
+    assert!(
+        mtu.read.contains("exceeds the active MTU 2048"),
+        "{}",
+        mtu.read
+    );
+    assert_eq!(status(&r, "stack.ib-subnet", "host"), Status::Warn);
+}
