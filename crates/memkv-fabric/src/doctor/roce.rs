@@ -209,7 +209,7 @@ fn traffic_class(plan: &PortPlan, netdev: &str, dcb: &IeeeDcb, priority: u8) -> 
         )
         .symptom(format!("memkv's packets travel outside the lossless class: {RETRY_EXC}"))
         .fix(format!(
-            "fix roce.pfc and roce.dscp on {netdev}; leave MINIO_RDMA_INTERNODE_TRAFFIC_CLASS / rdma.traffic_class unset (auto) or set it to DSCP << 2 ({})",
+            "fix roce.pfc and roce.dscp on {netdev}; leave rdma.traffic_class unset (detected over dcbnl) or set it to DSCP << 2 ({})",
             mapped.first().copied().unwrap_or(PREFERRED_DSCP) << 2
         ))
     }
