@@ -15,6 +15,7 @@ pub mod address;
 pub mod config;
 pub mod dcb;
 pub mod discover;
+pub mod doctor;
 pub mod doubles;
 pub mod error;
 pub mod events;

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use memkv_fabric::doctor::{HostRoot, Rail};
 use memkv_fabric::{Fabric, FabricConfig, PortPlan, config::parse_mtu};
 use memkv_rdma::{DcSupport, DcTarget, MemoryRegion, RdmaDevice};
 use memkv_store::ArenaHandle;
@@ -67,12 +68,18 @@ pub fn fabric_config(rdma: &RdmaConfig) -> Result<FabricConfig, String> {
 }
 
 fn device_status(plan: &PortPlan) -> RdmaDeviceStatus {
+    let rail = Rail::of_port(&plan.facts, &HostRoot::default());
     RdmaDeviceStatus {
         name: plan.facts.device.clone(),
         port: plan.facts.port,
         link_layer: format!("{:?}", plan.facts.link_layer),
         state: format!("{:?}", plan.facts.state),
         qp_transport: "rc".to_owned(),
+        netdev: rail.as_ref().map(|r| r.netdev.clone()),
+        mac: rail.as_ref().and_then(|r| r.mac.clone()),
+        ipv4: rail
+            .map(|r| r.ipv4.iter().map(ToString::to_string).collect())
+            .unwrap_or_default(),
     }
 }
 

@@ -119,6 +119,28 @@ pub enum NetCommand {
         #[arg(long)]
         require_rdma: bool,
     },
+    /// Check this host against the RDMA fabric runbooks, read-only: RDMA stack, RoCE
+    /// losslessness (PFC, DSCP, traffic class, ECN), counters under load, ARP flux between
+    /// rails and GPUDirect/ACS. One line per check (OK / WARN / FAIL) with what was read, the
+    /// symptom it explains and the fix. Exit 0 all OK, 10 warnings, 11 failures.
+    Doctor {
+        /// Only this RDMA device (its ports, rails and PCI function).
+        #[arg(long, value_name = "DEV")]
+        device: Option<String>,
+        /// Read NIC and RDMA counters twice, SECONDS apart (run it under load).
+        #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+        watch: Option<u64>,
+        /// A memkv server (data HOST:PORT): compare its rails' IPv4 addresses and MACs, from
+        /// its /v1/status, with this host's neighbour cache.
+        #[arg(long, value_name = "HOST:PORT")]
+        server: Option<String>,
+        /// JSON instead of text (the same content).
+        #[arg(long)]
+        json: bool,
+        /// TEST DOUBLE: read a fixture tree laid out like / instead of this host (tests only).
+        #[arg(long, hide = true, value_name = "DIR")]
+        fixture_root: Option<PathBuf>,
+    },
 }
 
 #[cfg(test)]

@@ -33,7 +33,9 @@ Exit codes:
   6   timed out
   7   protocol version mismatch
   8   RDMA required but unavailable or failed (transport rdma; net verify)
-  64  net show: no port matches --device/--port
+  10  net doctor: warnings, no failures
+  11  net doctor: at least one check failed
+  64  net show, net doctor: no port matches --device/--port
   69  net show: this host has no RDMA devices
 
 Client settings come from MEMKV_CONFIG (YAML), then MEMKV_SERVERS, MEMKV_AUTH_KEY,
@@ -153,6 +155,8 @@ mod tests {
             TIMEOUT,
             UNSUPPORTED_VERSION,
             RDMA_UNAVAILABLE,
+            memkv_fabric::doctor::EXIT_DOCTOR_WARNINGS,
+            memkv_fabric::doctor::EXIT_DOCTOR_FAILURES,
             memkv_fabric::EXIT_NO_MATCHING_PORT,
             memkv_fabric::EXIT_NO_RDMA_DEVICES,
         ] {

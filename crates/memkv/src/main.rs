@@ -61,6 +61,22 @@ fn run(cli: Cli) -> Result<(), Exit> {
             };
             runtime.block_on(net::verify(args))
         }
+        Command::Net(NetCommand::Doctor {
+            device,
+            watch,
+            server,
+            json,
+            fixture_root,
+        }) => {
+            let args = net::doctor::DoctorArgs {
+                device,
+                watch,
+                server,
+                json,
+                fixture_root,
+            };
+            net::doctor::run(args, admin_deadline(&cli.global)?)
+        }
         Command::Bench(args) => bench::run(&cli.global, args),
         command => {
             start::init_client_logging();

@@ -27,7 +27,7 @@ const NLA_TYPE_MASK: u16 = 0x3fff;
 /// `IFNAMSIZ` includes the terminating NUL.
 const IFNAMSIZ: usize = 16;
 const DCBMSG_LEN: usize = 4;
-pub(crate) const NLA_HDR_LEN: usize = 4;
+pub const NLA_HDR_LEN: usize = 4;
 
 /// One application-priority entry (`struct dcb_app`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -92,7 +92,7 @@ pub struct DcbMessage {
     pub attrs: Vec<Nla>,
 }
 
-pub(crate) fn align4(n: usize) -> usize {
+pub fn align4(n: usize) -> usize {
     (n + 3) & !3
 }
 

@@ -161,6 +161,13 @@ pub struct RdmaDeviceStatus {
     pub state: String,
     /// Queue-pair transport in use: `dc` or `rc`.
     pub qp_transport: String,
+    /// RoCE: the netdev carrying this port's traffic (its rail); `None` on InfiniBand.
+    pub netdev: Option<String>,
+    /// RoCE: the rail's MAC, `aa:bb:cc:dd:ee:ff`. With `ipv4`, what `memkv net doctor
+    /// --server` compares with a client's neighbour cache (ARP flux between rails).
+    pub mac: Option<String>,
+    /// RoCE: the rail's IPv4 addresses.
+    pub ipv4: Vec<String>,
 }
 
 #[cfg(test)]

@@ -1,4 +1,6 @@
-//! `memkv net show` (from memkv-fabric) and `memkv net verify`.
+//! `memkv net show` (from memkv-fabric), `memkv net verify` and `memkv net doctor` ([`doctor`]).
+
+pub mod doctor;
 
 use memkv_fabric::{FabricConfig, ShowFilter, client_pkey_index_from_env, net_show_system};
 
