@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use rdma_mummy_sys::{ibv_wc, ibv_wr_opcode};
+use rdma_mummy_sys::ibv_wc;
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel};
 use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair, QueuePairAttribute, QueuePairState};
 
@@ -15,41 +15,12 @@ use crate::error::RdmaError;
 use crate::gate::PeerWindow;
 use crate::inflight::{InFlightTable, outcome, timeout_error};
 use crate::metrics_names::{STATUS_LABEL, WC_ERRORS_TOTAL};
-use crate::qp::QpOptions;
+use crate::options::QpOptions;
 use crate::status::WcStatus;
 
 /// How long after a timeout the completion thread waits for the NIC to flush a request before
 /// it gives up on the NIC and ends the operation anyway.
 pub(crate) const FLUSH_GRACE: Duration = Duration::from_secs(2);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    Write,
-    Read,
-}
-
-impl Op {
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Write => "RDMA WRITE",
-            Op::Read => "RDMA READ",
-        }
-    }
-
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Op::Write => "write",
-            Op::Read => "read",
-        }
-    }
-
-    pub(crate) fn opcode(self) -> u32 {
-        match self {
-            Op::Write => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-            Op::Read => ibv_wr_opcode::IBV_WR_RDMA_READ,
-        }
-    }
-}
 
 pub(crate) struct Connection {
     pub window: Arc<PeerWindow>,

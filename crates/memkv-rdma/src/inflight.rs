@@ -7,8 +7,8 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::Op;
 use crate::error::RdmaError;
+use crate::op::Op;
 use crate::slot::Slot;
 use crate::status::WcStatus;
 

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use crate::completion;
-use crate::core::{FLUSH_GRACE, Op, QpCore};
+use crate::core::{FLUSH_GRACE, QpCore};
 use crate::error::RdmaError;
 use crate::memory::LocalMemory;
+use crate::op::Op;
 use crate::qp::RcQueuePair;
 use crate::slot::Slot;
 use crate::transfer::{Transfer, plan_chunks};

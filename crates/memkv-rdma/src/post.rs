@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use rdma_mummy_sys::{ibv_send_flags, ibv_send_wr, ibv_sge};
+use rdma_mummy_sys::{ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wr_opcode};
 use sideway::ibverbs::queue_pair::QueuePair;
 
-use crate::core::{Op, QpCore};
+use crate::core::QpCore;
 use crate::error::RdmaError;
 use crate::metrics_names::{OP_LABEL, WR_TOTAL};
+use crate::op::Op;
 use crate::slot::Slot;
 use crate::transfer::Chunk;
 
@@ -51,7 +52,7 @@ impl QpCore {
                 let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
                 wr.wr_id = first_id + i as u64;
                 wr.num_sge = 1;
-                wr.opcode = op.opcode();
+                wr.opcode = opcode(op);
                 wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
                 wr.wr.rdma.remote_addr = chunks[i].remote_addr;
                 wr.wr.rdma.rkey = chunks[i].rkey;
@@ -107,5 +108,12 @@ impl QpCore {
             posted,
             RdmaError::verbs_errno("ibv_post_send", self.device.name(), errno),
         ))
+    }
+}
+
+fn opcode(op: Op) -> u32 {
+    match op {
+        Op::Write => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+        Op::Read => ibv_wr_opcode::IBV_WR_RDMA_READ,
     }
 }

@@ -18,6 +18,7 @@
 mod capability;
 mod choice;
 mod completion;
+mod ffi;
 mod handles;
 mod ops;
 mod pool;
@@ -25,10 +26,12 @@ mod post;
 mod selector;
 mod table;
 mod target;
+pub(crate) mod unavailable;
 mod verbs;
 
-pub use capability::{DcCaps, DcSupport, DcUnavailable};
+pub use capability::{DcCaps, DcSupport};
 pub use choice::{Transport, TransportDecision, TransportPreference, choose_transport};
 pub use pool::{DcPeer, DciPool, MAX_DCIS};
 pub use selector::{Assignment, DciSelector};
 pub use target::DcTarget;
+pub use unavailable::DcUnavailable;

@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use crate::core::{FLUSH_GRACE, Op};
+use crate::core::FLUSH_GRACE;
 use crate::dc::pool::{DcPeer, DciPool, PoolCore};
 use crate::dc::selector::Assignment;
 use crate::error::RdmaError;
 use crate::memory::LocalMemory;
+use crate::op::Op;
 use crate::slot::Slot;
 use crate::transfer::{Transfer, plan_chunks};
 

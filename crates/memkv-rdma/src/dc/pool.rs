@@ -19,7 +19,7 @@ use crate::device::RdmaDevice;
 use crate::endpoint::{peer_endpoint, peer_key};
 use crate::error::RdmaError;
 use crate::gate::PeerWindow;
-use crate::qp::QpOptions;
+use crate::options::QpOptions;
 
 /// Most DC initiators one pool may have (`rdma.num_dcis`).
 pub const MAX_DCIS: u32 = 1024;

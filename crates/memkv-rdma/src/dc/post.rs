@@ -11,11 +11,11 @@ use rdma_mummy_sys::{
     ibv_wr_start, mlx5dv_wr_set_dc_addr,
 };
 
-use crate::core::Op;
 use crate::dc::pool::{DcPeer, PoolCore};
 use crate::dc::table::Owner;
 use crate::error::RdmaError;
 use crate::metrics_names::{OP_LABEL, WR_TOTAL};
+use crate::op::Op;
 use crate::slot::Slot;
 use crate::transfer::Chunk;
 

@@ -8,9 +8,9 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::Op;
 use crate::gate::PeerWindow;
 use crate::inflight::InFlight;
+use crate::op::Op;
 use crate::slot::Slot;
 
 pub(crate) struct DcRequest {

@@ -13,10 +13,11 @@ use rdma_mummy_sys::{
 };
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionQueue as _};
 
+use crate::dc::ffi::{av, blank_attr, context_ptr, pd_ptr, sgid_index};
 use crate::dc::handles::RawSrq;
 use crate::device::RdmaDevice;
 use crate::error::RdmaError;
-use crate::qp::QpOptions;
+use crate::options::QpOptions;
 
 /// DC resources as `mlx5dv_query_device` reports them; `None` when the library does not know
 /// the field.
@@ -301,40 +302,6 @@ pub(crate) fn wake_fd(device: &str) -> Result<std::os::fd::OwnedFd, RdmaError> {
     }
     // SAFETY: `fd` is a freshly created descriptor nothing else owns.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
-fn context_ptr(device: &RdmaDevice) -> *mut rdma_mummy_sys::ibv_context {
-    // SAFETY: the pointer is only used while `device` (which owns the context) is alive.
-    unsafe { device.context().context() }.as_ptr()
-}
-
-pub(crate) fn pd_ptr(device: &RdmaDevice) -> *mut rdma_mummy_sys::ibv_pd {
-    // SAFETY: the pointer is only used while `device` (which owns the PD) is alive.
-    unsafe { device.pd().pd() }.as_ptr()
-}
-
-fn blank_attr(state: ibv_qp_state::Type) -> ibv_qp_attr {
-    // SAFETY: ibv_qp_attr is plain C data; all-zero is a valid value.
-    let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    attr.qp_state = state;
-    attr
-}
-
-pub(crate) fn av(port: u8, dlid: u16, sl: u8) -> ibv_ah_attr {
-    // SAFETY: ibv_ah_attr is plain C data; all-zero is a valid value.
-    let mut attr: ibv_ah_attr = unsafe { std::mem::zeroed() };
-    attr.port_num = port;
-    attr.dlid = dlid;
-    attr.sl = sl;
-    attr
-}
-
-pub(crate) fn sgid_index(index: u32) -> Result<u8, RdmaError> {
-    u8::try_from(index).map_err(|_| RdmaError::InvalidArgument {
-        name: "gid_index",
-        value: index.to_string(),
-        limit: "verbs address handles take a GID index of 0..=255",
-    })
 }
 
 /// This port's side of every DC path: what DC targets and initiators are moved to RTR with.
