@@ -1,53 +1,72 @@
-//! The completion thread of a queue pair: takes completions off its CQ and settles the
-//! operations waiting for them. Adaptive: while completions keep coming it polls the CQ
-//! (spinning for at most `SPIN`), then arms the CQ and sleeps in poll(2) on the completion
-//! channel, so an idle pair costs no CPU. It also enforces operation deadlines.
+//! The completion thread of one completion queue and the queue pairs behind it (an RC pair's
+//! one, a DC pool's initiators): takes completions off the CQ and settles the operations
+//! waiting for them. Adaptive: while completions keep coming it polls the CQ (spinning for at
+//! most `SPIN`), then arms the CQ and sleeps in poll(2) on the completion channel, so an idle
+//! owner costs no CPU. It also enforces operation deadlines, breaking only the queue pair a
+//! late request is on. What differs between transports is behind [`QueuePairs`].
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rdma_mummy_sys::{
-    ibv_ack_cq_events, ibv_cq, ibv_get_cq_event, ibv_poll_cq, ibv_req_notify_cq, ibv_wc,
-};
-use sideway::ibverbs::completion::CompletionQueue as _;
-
-use crate::core::QpCore;
+use crate::cq::{NotifiedCq, WcBatch, WorkCompletion};
+use crate::error::RdmaError;
+use crate::inflight::{FLUSH_GRACE, InFlight, outcome, timeout_error};
+use crate::metrics_names::{STATUS_LABEL, WC_ERRORS_TOTAL};
+use crate::status::WcStatus;
+use crate::work_requests::WorkRequests;
 
 /// Busy-poll this long after the last completion before sleeping on the channel.
 const SPIN: Duration = Duration::from_micros(50);
-/// Completions taken per ibv_poll_cq call (basic CQ: rdma-core 44's extended poller breaks
-/// rxe when drained in a loop).
-const BATCH: usize = 16;
 /// Deadlines are checked this often while the thread is busy.
 const DEADLINE_CHECK: Duration = Duration::from_millis(5);
 
-pub(crate) fn spawn(core: Arc<QpCore>) -> Result<std::thread::JoinHandle<()>, std::io::Error> {
-    std::thread::Builder::new()
-        .name(format!("rdma-cq-{}", core.qp_num))
-        .spawn(move || run(&core))
+/// The queue pairs behind one completion queue, numbered from 0, as the completion thread
+/// sees them.
+pub(crate) trait QueuePairs: Send + Sync + 'static {
+    /// What a request carries besides its queue pair ([`InFlight::tag`]).
+    type Tag: Clone + Send;
+
+    fn work(&self) -> &WorkRequests<Self::Tag>;
+    fn cq(&self) -> &NotifiedCq;
+    fn device_name(&self) -> &str;
+    fn queue_count(&self) -> usize;
+    /// The verbs number of queue pair `queue`, as errors name it.
+    fn qp_num(&self, queue: usize) -> u32;
+    fn is_broken(&self, queue: usize) -> bool;
+    /// Takes `queue` out of service and moves it to the error state, which makes the NIC
+    /// flush every request outstanding on it.
+    fn break_queue(&self, queue: usize, reason: &str);
+    /// `request` left its send queue (completed, or abandoned after its deadline).
+    fn release(&self, _request: &InFlight<Self::Tag>) {}
+    /// Runs on every turn of the loop (DC: drained broken initiators go back into service).
+    fn between_polls(&self) {}
 }
 
-fn run(core: &QpCore) {
-    // SAFETY: the CQ and channel live as long as `core`, which this thread holds.
-    let cq = unsafe { core.cq.cq() }.as_ptr();
-    // SAFETY: as above.
-    let channel = unsafe { core.channel.comp_channel() }.as_ptr();
-    // SAFETY: ibv_wc is plain C data; all-zero is valid.
-    let mut wcs: [ibv_wc; BATCH] = unsafe { std::mem::zeroed() };
+pub(crate) fn spawn<Q: QueuePairs>(
+    owner: Arc<Q>,
+    name: String,
+) -> Result<std::thread::JoinHandle<()>, std::io::Error> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || run(&*owner))
+}
+
+fn run<Q: QueuePairs>(q: &Q) {
+    let mut batch = WcBatch::new();
     let mut last_completion = Instant::now();
     let mut last_check = Instant::now();
     loop {
-        if drain(core, cq, &mut wcs) {
+        if drain(q, &mut batch) {
             last_completion = Instant::now();
         }
         let now = Instant::now();
         let mut next_deadline = None;
         if now.duration_since(last_check) >= DEADLINE_CHECK {
-            next_deadline = core.check_deadlines(now);
+            next_deadline = check_deadlines(q, now);
             last_check = now;
         }
-        if core.shutdown.load(Ordering::Acquire) && core.in_flight_count() == 0 {
+        q.between_polls();
+        if q.work().is_shut_down() && q.work().in_flight() == 0 {
             return;
         }
         if now.duration_since(last_completion) < SPIN {
@@ -55,130 +74,275 @@ fn run(core: &QpCore) {
             continue;
         }
         // Arm, then look once more: a completion that arrived before arming raises no event.
-        // SAFETY: `cq` is alive (see above).
-        unsafe { ibv_req_notify_cq(cq, 0) };
-        if drain(core, cq, &mut wcs) {
+        q.cq().arm();
+        if drain(q, &mut batch) {
             last_completion = Instant::now();
             continue;
         }
-        let next_deadline = next_deadline.or_else(|| core.check_deadlines(Instant::now()));
-        sleep_until_event(core.channel_fd(), core.wake_fd(), channel, next_deadline);
+        let next_deadline = next_deadline.or_else(|| check_deadlines(q, Instant::now()));
+        q.cq().sleep_until_event(q.work().wake_fd(), next_deadline);
         last_check = Instant::now() - DEADLINE_CHECK;
     }
 }
 
 /// Takes every available completion; true when there was at least one.
-fn drain(core: &QpCore, cq: *mut ibv_cq, wcs: &mut [ibv_wc; BATCH]) -> bool {
+fn drain<Q: QueuePairs>(q: &Q, batch: &mut WcBatch) -> bool {
     let mut any = false;
     loop {
-        // SAFETY: `cq` is alive; `wcs` has room for BATCH entries.
-        let n = unsafe { ibv_poll_cq(cq, BATCH as i32, wcs.as_mut_ptr()) };
-        if n < 0 {
-            core.break_pair(&format!("ibv_poll_cq failed (errno {})", -n));
-            std::thread::sleep(Duration::from_millis(10));
-            return any;
-        }
-        if n == 0 {
+        let wcs = match q.cq().poll(batch) {
+            Ok(wcs) => wcs,
+            Err(n) => {
+                let reason = format!("ibv_poll_cq failed (errno {})", -n);
+                for queue in 0..q.queue_count() {
+                    q.break_queue(queue, &reason);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+                return any;
+            }
+        };
+        if wcs.is_empty() {
             return any;
         }
         any = true;
-        for wc in &wcs[..n as usize] {
-            core.on_completion(wc);
+        let full = wcs.len() == crate::cq::POLL_BATCH;
+        for wc in wcs {
+            on_completion(q, WorkCompletion::from(wc));
         }
-        if (n as usize) < BATCH {
+        if !full {
             return any;
         }
     }
 }
 
-/// A completion queue of `depth` entries whose events arrive on its own non-blocking
-/// completion channel, for a completion thread to sleep on ([`sleep_until_event`]).
-pub(crate) fn notified_cq(
-    device: &crate::device::RdmaDevice,
-    depth: u32,
-) -> Result<
-    (
-        std::sync::Arc<sideway::ibverbs::completion::CompletionChannel>,
-        std::sync::Arc<sideway::ibverbs::completion::BasicCompletionQueue>,
-    ),
-    crate::error::RdmaError,
-> {
-    let fail = |call, e: &dyn std::fmt::Display| crate::error::RdmaError::Verbs {
-        call,
-        device: device.name().to_owned(),
-        errno: 0,
-        reason: e.to_string(),
-    };
-    let channel = device
-        .context()
-        .create_comp_channel()
-        .map_err(|e| fail("ibv_create_comp_channel", &e))?;
-    channel
-        .set_nonblocking(true)
-        .map_err(|e| crate::error::RdmaError::verbs("fcntl(O_NONBLOCK)", device.name(), &e))?;
-    let cq = device
-        .context()
-        .create_cq_builder()
-        .setup_cqe(depth)
-        .setup_comp_channel(&channel, 0)
-        .build()
-        .map_err(|e| fail("ibv_create_cq", &e))?;
-    Ok((channel, cq))
-}
-
-/// Wakes a completion thread sleeping in [`sleep_until_event`] on `wake_fd` (its eventfd).
-pub(crate) fn wake(wake_fd: std::os::fd::RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64 to the caller's eventfd; a full counter (EAGAIN)
-    // still leaves the fd readable, which is all that matters.
-    unsafe { libc::write(wake_fd, (&raw const one).cast(), 8) };
-}
-
-/// Blocks until the completion channel `channel` (readable on `channel_fd`) has an event, the
-/// thread's eventfd `wake_fd` is signalled, or `deadline` passes; takes and acknowledges the
-/// event so the caller can poll the queue. Shared by RC pairs and the DC initiator pool.
-pub(crate) fn sleep_until_event(
-    channel_fd: std::os::fd::RawFd,
-    wake_fd: std::os::fd::RawFd,
-    channel: *mut rdma_mummy_sys::ibv_comp_channel,
-    deadline: Option<Instant>,
-) {
-    let timeout_ms = deadline.map_or(-1, |d| {
-        let left = d.saturating_duration_since(Instant::now());
-        // Round up so that the deadline has passed when poll returns.
-        i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX)
-    });
-    let mut fds = [
-        libc::pollfd {
-            fd: channel_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: wake_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
-    let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-    if rc <= 0 {
+/// Applies one work completion: settles its operation, credits the window, counts errors and
+/// breaks the request's queue pair on one.
+pub(crate) fn on_completion<Q: QueuePairs>(q: &Q, wc: WorkCompletion) {
+    let taken = q.work().table().take(wc.wr_id);
+    let Some(request) = taken else {
+        tracing::warn!(
+            qp_num = wc.qp_num,
+            wr_id = wc.wr_id,
+            "completion for an unknown work request"
+        );
         return;
-    }
-    if fds[0].revents != 0 {
-        let mut event_cq: *mut ibv_cq = std::ptr::null_mut();
-        let mut context: *mut libc::c_void = std::ptr::null_mut();
-        // SAFETY: the channel is alive and non-blocking; both out-pointers are valid.
-        let got = unsafe { ibv_get_cq_event(channel, &mut event_cq, &mut context) };
-        if got == 0 && !event_cq.is_null() {
-            // SAFETY: `event_cq` is the CQ the event was for (the caller's; one CQ per
-            // channel), and this acknowledges exactly the one event just taken.
-            unsafe { ibv_ack_cq_events(event_cq, 1) };
+    };
+    let status = wc.status;
+    let qp_num = q.qp_num(request.queue);
+    let result = outcome(&request, status, wc.vendor_err, qp_num, q.work().deadline);
+    if !status.is_success() {
+        metrics::counter!(WC_ERRORS_TOTAL, STATUS_LABEL => status.metric_label()).increment(1);
+        if status != WcStatus::WR_FLUSH_ERR {
+            let reason = format!("{} completed with {status}", request.op.name());
+            q.break_queue(request.queue, &reason);
+        } else if !q.is_broken(request.queue) {
+            q.break_queue(request.queue, "work requests were flushed");
         }
     }
-    if fds[1].revents != 0 {
-        let mut counter = 0u64;
-        // SAFETY: reads 8 bytes into a live u64 from our own non-blocking eventfd.
-        unsafe { libc::read(wake_fd, (&raw mut counter).cast(), 8) };
+    finish(q, request, status, result);
+}
+
+fn finish<Q: QueuePairs>(
+    q: &Q,
+    request: InFlight<Q::Tag>,
+    status: WcStatus,
+    result: Result<(), RdmaError>,
+) {
+    request.window.complete(status);
+    q.release(&request);
+    request.slot.settle_one(result);
+}
+
+/// Breaks queue pairs with a request past its deadline, and ends requests the NIC has not
+/// flushed `FLUSH_GRACE` later. Returns when the next deadline falls, if any.
+pub(crate) fn check_deadlines<Q: QueuePairs>(q: &Q, now: Instant) -> Option<Instant> {
+    let deadline = q.work().deadline;
+    let expiry = q.work().table().expire(now, deadline, FLUSH_GRACE);
+    for (queue, op) in expiry.newly_late {
+        q.break_queue(
+            queue,
+            &format!(
+                "{} got no completion within {} ms",
+                op.name(),
+                deadline.as_millis()
+            ),
+        );
+    }
+    if !expiry.abandoned.is_empty() {
+        tracing::error!(
+            device = q.device_name(),
+            count = expiry.abandoned.len(),
+            "the NIC flushed no completion for timed-out work requests; ending them anyway"
+        );
+    }
+    for request in expiry.abandoned {
+        let error = timeout_error(q.qp_num(request.queue), request.op, deadline);
+        finish(q, request, WcStatus::WR_FLUSH_ERR, Err(error));
+    }
+    expiry.next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    use crate::gate::PeerWindow;
+    use crate::inflight::Owner;
+    use crate::op::Op;
+    use crate::slot::Slot;
+    use crate::transfer::Chunk;
+    use crate::window::CongestionWindow;
+
+    const DEADLINE: Duration = Duration::from_millis(300);
+
+    /// Two queue pairs (numbers 100 and 101) whose breaks and releases are recorded.
+    struct Fake {
+        work: WorkRequests<u64>,
+        breaks: Mutex<Vec<(usize, String)>>,
+        released: Mutex<Vec<(usize, u64)>>,
+    }
+
+    impl QueuePairs for Fake {
+        type Tag = u64;
+        fn work(&self) -> &WorkRequests<u64> {
+            &self.work
+        }
+        fn cq(&self) -> &NotifiedCq {
+            unreachable!("the tests hand completions in directly")
+        }
+        fn device_name(&self) -> &str {
+            "fake"
+        }
+        fn queue_count(&self) -> usize {
+            2
+        }
+        fn qp_num(&self, queue: usize) -> u32 {
+            100 + queue as u32
+        }
+        fn is_broken(&self, queue: usize) -> bool {
+            self.breaks.lock().unwrap().iter().any(|(q, _)| *q == queue)
+        }
+        fn break_queue(&self, queue: usize, reason: &str) {
+            self.breaks.lock().unwrap().push((queue, reason.to_owned()));
+        }
+        fn release(&self, request: &InFlight<u64>) {
+            self.released
+                .lock()
+                .unwrap()
+                .push((request.queue, request.tag));
+        }
+    }
+
+    fn fake() -> Fake {
+        Fake {
+            work: WorkRequests::new("fake", DEADLINE).unwrap(),
+            breaks: Mutex::default(),
+            released: Mutex::default(),
+        }
+    }
+
+    fn chunks(n: usize) -> Vec<Chunk> {
+        let c = Chunk {
+            local_addr: 0,
+            lkey: 1,
+            len: 8,
+            remote_addr: 0,
+            rkey: 2,
+        };
+        vec![c; n]
+    }
+
+    fn completion(wr_id: u64, status: WcStatus) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status,
+            vendor_err: 0,
+            qp_num: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn completions_settle_credit_the_window_and_break_only_their_queue_pair() {
+        let q = fake();
+        let window = Arc::new(PeerWindow::new("p".into(), CongestionWindow::new(4, 1, 8)));
+        let slot = Arc::new(Slot::default());
+        let owner = |queue, peer| Owner {
+            slot: &slot,
+            op: Op::Read,
+            window: &window,
+            queue,
+            tag: peer,
+        };
+        assert_eq!(window.try_acquire(4), 4);
+        q.work.post(&owner(0, 7), &chunks(2), |_| Ok(())).unwrap();
+        q.work.post(&owner(1, 8), &chunks(2), |_| Ok(())).unwrap();
+
+        on_completion(&q, completion(1, WcStatus::SUCCESS));
+        on_completion(&q, completion(99, WcStatus::SUCCESS));
+        assert!(q.breaks.lock().unwrap().is_empty());
+        on_completion(&q, completion(3, WcStatus::REM_ACCESS_ERR));
+        on_completion(&q, completion(4, WcStatus::WR_FLUSH_ERR));
+        assert_eq!(
+            *q.breaks.lock().unwrap(),
+            vec![(
+                1,
+                "RDMA READ completed with IBV_WC_REM_ACCESS_ERR (10)".to_owned()
+            )],
+            "a flush on a queue pair already broken breaks nothing more"
+        );
+        on_completion(&q, completion(2, WcStatus::WR_FLUSH_ERR));
+        assert_eq!(
+            q.breaks.lock().unwrap()[1],
+            (0, "work requests were flushed".to_owned())
+        );
+        assert_eq!(
+            *q.released.lock().unwrap(),
+            vec![(0, 7), (1, 8), (1, 8), (0, 7)]
+        );
+        assert_eq!(q.work.in_flight(), 0);
+        assert_eq!(
+            slot.settled().await,
+            Err(RdmaError::QueuePairError {
+                qp_num: 101,
+                op: "RDMA READ",
+                status: WcStatus::REM_ACCESS_ERR,
+                vendor_err: 0
+            })
+        );
+        assert_eq!(window.snapshot().in_flight(), 0, "every slot credited back");
+    }
+
+    #[tokio::test]
+    async fn late_requests_break_their_queue_pair_then_end_without_the_nic() {
+        let q = fake();
+        let window = Arc::new(PeerWindow::new("p".into(), CongestionWindow::default()));
+        let slot = Arc::new(Slot::default());
+        let owner = Owner {
+            slot: &slot,
+            op: Op::Write,
+            window: &window,
+            queue: 1,
+            tag: 5,
+        };
+        let t0 = Instant::now();
+        q.work.post(&owner, &chunks(3), |_| Ok(())).unwrap();
+        assert!(check_deadlines(&q, t0).is_some());
+        assert!(q.breaks.lock().unwrap().is_empty());
+        let late = t0 + DEADLINE + Duration::from_millis(10);
+        assert!(check_deadlines(&q, late).is_some());
+        assert_eq!(
+            *q.breaks.lock().unwrap(),
+            vec![(1, "RDMA WRITE got no completion within 300 ms".to_owned())]
+        );
+        // The NIC flushes one; the others it never does.
+        on_completion(&q, completion(1, WcStatus::WR_FLUSH_ERR));
+        assert_eq!(q.breaks.lock().unwrap().len(), 1);
+        assert_eq!(check_deadlines(&q, late + FLUSH_GRACE), None);
+        assert_eq!(q.work.in_flight(), 0);
+        assert_eq!(q.released.lock().unwrap().len(), 3);
+        assert_eq!(
+            slot.settled().await,
+            Err(timeout_error(101, Op::Write, DEADLINE))
+        );
     }
 }

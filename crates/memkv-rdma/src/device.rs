@@ -12,7 +12,6 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use crate::error::RdmaError;
 use crate::gate::PeerWindow;
-use crate::memory::{Access, MemoryRegion};
 use crate::window::{
     CongestionWindow, DEFAULT_INITIAL_WINDOW, DEFAULT_MAX_WINDOW, DEFAULT_MIN_WINDOW,
 };
@@ -138,53 +137,6 @@ impl RdmaDevice {
 
     pub(crate) fn context(&self) -> &Arc<DeviceContext> {
         &self.context
-    }
-
-    /// Registers the server's whole memory arena as one region that peers may READ and WRITE.
-    /// Hand `addr()`/`rkey()` of the result to clients (Connect response).
-    ///
-    /// # Safety
-    ///
-    /// `ptr` must be valid for `len` bytes and stay mapped until the returned region is
-    /// dropped. Peers write into it at any time while it is registered; the caller owns the
-    /// protocol that says which bytes are theirs.
-    pub unsafe fn register_arena(
-        &self,
-        ptr: *mut u8,
-        len: usize,
-    ) -> Result<MemoryRegion, RdmaError> {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { MemoryRegion::register(self, ptr, len, Access::Remote) }
-    }
-
-    /// Registers the store's memory arena for remote READ and WRITE. The region holds the
-    /// handle, so the arena stays mapped for as long as the region is registered, whatever
-    /// order the store and the region are dropped in.
-    #[cfg(feature = "store")]
-    pub fn register_store_arena(
-        &self,
-        arena: memkv_store::ArenaHandle,
-    ) -> Result<MemoryRegion, RdmaError> {
-        // SAFETY: `arena` maps `len` bytes at `as_ptr` for as long as the handle lives, and
-        // the returned region owns the handle.
-        let region = unsafe { self.register_arena(arena.as_ptr(), arena.len()) }?;
-        Ok(region.owning(arena))
-    }
-
-    /// Registers a caller's buffer for local use (source of WRITEs, target of READs).
-    ///
-    /// # Safety
-    ///
-    /// `ptr` must be valid for `len` bytes and stay mapped until the returned region is
-    /// dropped, and while an operation uses the region nothing else may write the bytes (WRITE)
-    /// or access them (READ).
-    pub unsafe fn register_user(
-        &self,
-        ptr: *mut u8,
-        len: usize,
-    ) -> Result<MemoryRegion, RdmaError> {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { MemoryRegion::register(self, ptr, len, Access::LocalOnly) }
     }
 
     /// Most work requests the congestion window ever admits towards one peer.

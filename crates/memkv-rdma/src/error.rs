@@ -3,7 +3,7 @@
 use memkv_fabric::FabricError;
 use thiserror::Error;
 
-use crate::dc::DcUnavailable;
+use crate::dc::unavailable::DcUnavailable;
 use crate::status::WcStatus;
 
 /// Why a data plane call did not do what it was asked.

@@ -1,42 +1,74 @@
-//! The work requests a queue pair has posted and not yet seen complete, with their deadlines,
-//! and what a completion (or its absence) means for the operation waiting on it. Pure: the
-//! caller supplies the clock and settles the operations.
+//! The work requests posted on the queue pairs behind one completion queue and not yet seen
+//! complete, with their deadlines, and what a completion (or its absence) means for the
+//! operation waiting on it. One table serves an RC pair (one queue pair) and a DC initiator
+//! pool (many, one completion queue). Pure: the caller supplies the clock and settles the
+//! operations.
 
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::Op;
 use crate::error::RdmaError;
+use crate::gate::PeerWindow;
+use crate::op::Op;
 use crate::slot::Slot;
 use crate::status::WcStatus;
 
-pub(crate) struct InFlight {
+/// How long after a timeout the completion thread waits for the NIC to flush a request before
+/// it gives up on the NIC and ends the operation anyway.
+pub(crate) const FLUSH_GRACE: Duration = Duration::from_secs(2);
+
+/// One posted work request.
+pub(crate) struct InFlight<T> {
     pub slot: Arc<Slot>,
     pub op: Op,
+    /// The peer's congestion window, credited when the request completes.
+    pub window: Arc<PeerWindow>,
+    /// Which of the owner's queue pairs carries it (an RC pair has one, 0; a DC pool's DCIs
+    /// are numbered from 0): a completion error or a deadline breaks that one.
+    pub queue: usize,
+    /// What else the transport needs back when the request ends (DC: the peer, whose place on
+    /// the DCI it frees; RC: nothing).
+    pub tag: T,
     pub posted_at: Instant,
-    /// The deadline passed; the pair was broken and the NIC should flush this request.
+    /// The deadline passed; the queue pair was broken and the NIC should flush this request.
     pub timed_out: bool,
 }
 
+/// Who a run of requests belongs to.
+pub(crate) struct Owner<'a, T> {
+    pub slot: &'a Arc<Slot>,
+    pub op: Op,
+    pub window: &'a Arc<PeerWindow>,
+    pub queue: usize,
+    pub tag: T,
+}
+
 /// What [`InFlightTable::expire`] found.
-#[derive(Default)]
-pub(crate) struct Expiry {
-    /// A request passed its deadline just now: break the pair (once is enough).
-    pub newly_late: Option<Op>,
+pub(crate) struct Expiry<T> {
+    /// Queue pairs with a request that passed its deadline just now, each once with the
+    /// operation of one such request: break them.
+    pub newly_late: Vec<(usize, Op)>,
     /// Requests the NIC did not flush within the grace period: end them without it.
-    pub abandoned: Vec<InFlight>,
+    pub abandoned: Vec<InFlight<T>>,
     /// When to look again.
     pub next: Option<Instant>,
 }
 
-#[derive(Default)]
-pub(crate) struct InFlightTable {
-    entries: HashMap<u64, InFlight>,
+pub(crate) struct InFlightTable<T> {
+    entries: HashMap<u64, InFlight<T>>,
 }
 
-impl InFlightTable {
+impl<T> Default for InFlightTable<T> {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+        }
+    }
+}
+
+impl<T: Clone> InFlightTable<T> {
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -47,8 +79,7 @@ impl InFlightTable {
         &mut self,
         first_id: u64,
         n: usize,
-        slot: &Arc<Slot>,
-        op: Op,
+        owner: &Owner<'_, T>,
         now: Instant,
     ) -> bool {
         let was_empty = self.entries.is_empty();
@@ -56,8 +87,11 @@ impl InFlightTable {
             self.entries.insert(
                 first_id + i,
                 InFlight {
-                    slot: slot.clone(),
-                    op,
+                    slot: owner.slot.clone(),
+                    op: owner.op,
+                    window: owner.window.clone(),
+                    queue: owner.queue,
+                    tag: owner.tag.clone(),
                     posted_at: now,
                     timed_out: false,
                 },
@@ -73,33 +107,40 @@ impl InFlightTable {
         }
     }
 
-    pub fn take(&mut self, wr_id: u64) -> Option<InFlight> {
+    pub fn take(&mut self, wr_id: u64) -> Option<InFlight<T>> {
         self.entries.remove(&wr_id)
     }
 
     /// Marks requests older than `deadline` as timed out, takes out those still here `grace`
     /// after that, and says when the next of either falls due.
-    pub fn expire(&mut self, now: Instant, deadline: Duration, grace: Duration) -> Expiry {
-        let mut expiry = Expiry::default();
+    pub fn expire(&mut self, now: Instant, deadline: Duration, grace: Duration) -> Expiry<T> {
+        let mut newly_late: Vec<(usize, Op)> = Vec::new();
+        let mut next: Option<Instant> = None;
         let mut abandoned_ids = Vec::new();
         for (id, entry) in &mut self.entries {
             let due = entry.posted_at + deadline;
             if !entry.timed_out && now >= due {
                 entry.timed_out = true;
-                expiry.newly_late = Some(entry.op);
+                if !newly_late.iter().any(|(queue, _)| *queue == entry.queue) {
+                    newly_late.push((entry.queue, entry.op));
+                }
             }
             let when = if entry.timed_out { due + grace } else { due };
             if entry.timed_out && now >= when {
                 abandoned_ids.push(*id);
             } else {
-                expiry.next = Some(expiry.next.map_or(when, |n| n.min(when)));
+                next = Some(next.map_or(when, |n| n.min(when)));
             }
         }
-        expiry.abandoned = abandoned_ids
+        let abandoned = abandoned_ids
             .iter()
             .filter_map(|id| self.entries.remove(id))
             .collect();
-        expiry
+        Expiry {
+            newly_late,
+            abandoned,
+            next,
+        }
     }
 }
 
@@ -113,8 +154,8 @@ pub(crate) fn timeout_error(qp_num: u32, op: Op, deadline: Duration) -> RdmaErro
 
 /// What a completion with `status` means for the operation of `entry`: success, the named
 /// completion error, or, for a request flushed after its deadline, the timeout.
-pub(crate) fn outcome(
-    entry: &InFlight,
+pub(crate) fn outcome<T>(
+    entry: &InFlight<T>,
     status: WcStatus,
     vendor_err: u32,
     qp_num: u32,
@@ -137,29 +178,42 @@ pub(crate) fn outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::window::CongestionWindow;
 
     const DEADLINE: Duration = Duration::from_millis(300);
     const GRACE: Duration = Duration::from_secs(2);
 
+    fn window() -> Arc<PeerWindow> {
+        Arc::new(PeerWindow::new("p".into(), CongestionWindow::default()))
+    }
+
     #[test]
     fn late_requests_are_marked_then_abandoned_after_the_grace_period() {
         let t0 = Instant::now();
-        let slot = Arc::new(Slot::default());
+        let (slot, window) = (Arc::new(Slot::default()), window());
+        let owner = |op| Owner {
+            slot: &slot,
+            op,
+            window: &window,
+            queue: 0,
+            tag: (),
+        };
         let mut table = InFlightTable::default();
-        assert!(table.insert_run(10, 3, &slot, Op::Write, t0));
-        assert!(!table.insert_run(13, 1, &slot, Op::Read, t0 + Duration::from_millis(100)));
+        assert!(table.insert_run(10, 3, &owner(Op::Write), t0));
+        let later = t0 + Duration::from_millis(100);
+        assert!(!table.insert_run(13, 1, &owner(Op::Read), later));
         table.remove_run(10, 1..3);
         assert_eq!(table.len(), 2);
 
         let e = table.expire(t0 + DEADLINE - Duration::from_millis(1), DEADLINE, GRACE);
-        assert!(e.newly_late.is_none() && e.abandoned.is_empty());
+        assert!(e.newly_late.is_empty() && e.abandoned.is_empty());
         assert_eq!(e.next, Some(t0 + DEADLINE));
 
         let e = table.expire(t0 + DEADLINE, DEADLINE, GRACE);
-        assert_eq!(e.newly_late, Some(Op::Write));
-        assert_eq!(e.next, Some(t0 + Duration::from_millis(100) + DEADLINE));
-        let e = table.expire(t0 + DEADLINE + Duration::from_millis(100), DEADLINE, GRACE);
-        assert_eq!(e.newly_late, Some(Op::Read));
+        assert_eq!(e.newly_late, vec![(0, Op::Write)]);
+        assert_eq!(e.next, Some(later + DEADLINE));
+        let e = table.expire(later + DEADLINE, DEADLINE, GRACE);
+        assert_eq!(e.newly_late, vec![(0, Op::Read)]);
         assert_eq!(e.next, Some(t0 + DEADLINE + GRACE));
 
         // The NIC flushes the read in time; the write it never flushes.
@@ -169,7 +223,7 @@ mod tests {
             Err(timeout_error(7, Op::Read, DEADLINE))
         );
         let e = table.expire(t0 + DEADLINE + GRACE, DEADLINE, GRACE);
-        assert!(e.newly_late.is_none());
+        assert!(e.newly_late.is_empty());
         assert_eq!(e.abandoned.len(), 1);
         assert_eq!(e.abandoned[0].op, Op::Write);
         assert_eq!(e.next, None);
@@ -181,10 +235,50 @@ mod tests {
     }
 
     #[test]
+    fn late_requests_name_their_queue_pair_once_and_keep_their_tag() {
+        let t0 = Instant::now();
+        let (slot, window) = (Arc::new(Slot::default()), window());
+        let owner = |queue, peer, op| Owner {
+            slot: &slot,
+            op,
+            window: &window,
+            queue,
+            tag: peer,
+        };
+        let mut table = InFlightTable::default();
+        assert!(table.insert_run(1, 3, &owner(0, 7u64, Op::Write), t0));
+        assert!(!table.insert_run(4, 2, &owner(2, 8, Op::Read), t0));
+        table.remove_run(4, 1..2);
+        assert_eq!(table.len(), 4);
+        let r = table.take(4).unwrap();
+        assert_eq!((r.queue, r.tag, r.op), (2, 8, Op::Read));
+
+        let e = table.expire(t0 + DEADLINE - Duration::from_millis(1), DEADLINE, GRACE);
+        assert!(e.newly_late.is_empty() && e.abandoned.is_empty());
+        assert_eq!(e.next, Some(t0 + DEADLINE));
+        let e = table.expire(t0 + DEADLINE, DEADLINE, GRACE);
+        assert_eq!(
+            e.newly_late,
+            vec![(0, Op::Write)],
+            "three late requests, one queue pair"
+        );
+        assert_eq!(e.next, Some(t0 + DEADLINE + GRACE));
+        assert!(table.take(2).is_some(), "the NIC flushed one");
+        let e = table.expire(t0 + DEADLINE + GRACE, DEADLINE, GRACE);
+        assert!(e.newly_late.is_empty());
+        assert_eq!(e.abandoned.len(), 2);
+        assert!(e.abandoned.iter().all(|r| r.queue == 0 && r.tag == 7));
+        assert_eq!((table.len(), e.next), (0, None));
+    }
+
+    #[test]
     fn completions_map_to_success_or_named_errors() {
         let entry = InFlight {
             slot: Arc::new(Slot::default()),
             op: Op::Write,
+            window: window(),
+            queue: 0,
+            tag: (),
             posted_at: Instant::now(),
             timed_out: false,
         };

@@ -1,61 +1,25 @@
 //! Reliable-connected queue pairs: creation (RESET -> INIT), the endpoint each side advertises,
-//! connecting (INIT -> RTR -> RTS) and breaking. The operations are in `ops`.
+//! connecting (INIT -> RTR -> RTS) and breaking. The operations are in `rc::ops`.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use memkv_fabric::LinkLayer;
 use memkv_proto::connect::RdmaEndpoint;
-use sideway::ibverbs::AccessFlags;
-use sideway::ibverbs::address::{AddressHandleAttribute, Gid};
-use sideway::ibverbs::device_context::Mtu as VerbsMtu;
-use sideway::ibverbs::queue_pair::{
-    ModifyQueuePairError, QueuePair, QueuePairAttribute, QueuePairAttributeMask, QueuePairState,
-    QueuePairType,
-};
 
-use crate::core::{Connection, QpCore};
+use crate::cq::NotifiedCq;
 use crate::device::RdmaDevice;
 use crate::endpoint::{advertise, peer_endpoint, peer_key};
 use crate::error::RdmaError;
 use crate::gate::PeerWindow;
+pub use crate::options::QpOptions;
+use crate::rc::pair::{Connection, QpCore};
+use crate::rc::verbs;
 
 /// The transport of an [`RcQueuePair`]. DC is not a queue pair of its own here: it lives in
 /// [`crate::dc`] (a [`crate::DciPool`] of initiators and one [`crate::DcTarget`] per server).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QpTransport {
     Rc,
-}
-
-/// Per queue pair settings. The defaults suit a data-centre fabric and Soft-RoCE alike.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QpOptions {
-    /// An operation whose work requests have not all completed by then ends with
-    /// [`RdmaError::Timeout`] and breaks the pair.
-    pub op_deadline: Duration,
-    /// Local ACK timeout exponent: 4.096 us * 2^n per try (14: about 67 ms).
-    pub ack_timeout: u8,
-    /// Transport retries before IBV_WC_RETRY_EXC_ERR (at most 7).
-    pub retry_count: u8,
-    /// Receiver-not-ready retries (7: infinite).
-    pub rnr_retry: u8,
-    /// RNR NAK timer code this side asks peers to wait (12: 0.64 ms).
-    pub min_rnr_timer: u8,
-    /// Send queue (and CQ) depth; raised to the congestion window's maximum if below it.
-    pub send_queue_depth: u32,
-}
-
-impl Default for QpOptions {
-    fn default() -> Self {
-        Self {
-            op_deadline: Duration::from_secs(30),
-            ack_timeout: 14,
-            retry_count: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 12,
-            send_queue_depth: 256,
-        }
-    }
 }
 
 /// A reliable-connected queue pair and the thread that completes its operations.
@@ -82,37 +46,15 @@ impl RdmaDevice {
             .send_queue_depth
             .max(self.max_window())
             .clamp(1, limits.max_qp_wr.min(limits.max_cqe));
-        let fail = |call, e: &dyn std::fmt::Display| RdmaError::Verbs {
-            call,
+        let cq = NotifiedCq::new(self, depth)?;
+        let qp = verbs::create_in_init(self, depth, &cq.cq)?;
+        let psn = getrandom::u32().map_err(|e| RdmaError::Verbs {
+            call: "getrandom",
             device: self.name().to_owned(),
             errno: 0,
             reason: e.to_string(),
-        };
-        let (channel, cq) = crate::completion::notified_cq(self, depth)?;
-        let mut qp = self
-            .pd()
-            .create_qp_builder()
-            .setup_qp_type(QueuePairType::ReliableConnection)
-            .setup_max_send_wr(depth)
-            .setup_max_recv_wr(1)
-            .setup_max_send_sge(1)
-            .setup_max_recv_sge(1)
-            .setup_send_cq(cq.clone())
-            .setup_recv_cq(cq.clone())
-            .build()
-            .map_err(|e| fail("ibv_create_qp", &e))?;
-        let pkey_index = self.plan().pkey.as_ref().map(|p| p.index).unwrap_or(0);
-        let mut init = QueuePairAttribute::new();
-        init.setup_state(QueuePairState::Init)
-            .setup_pkey_index(pkey_index)
-            .setup_port(self.port())
-            .setup_access_flags(
-                AccessFlags::LocalWrite | AccessFlags::RemoteWrite | AccessFlags::RemoteRead,
-            );
-        qp.modify(&init)
-            .map_err(|e| modify_error("ibv_modify_qp(RESET->INIT)", self.name(), &e))?;
-        let psn = getrandom::u32().map_err(|e| fail("getrandom", &e))? & 0x00ff_ffff;
-        let core = Arc::new(QpCore::new(qp, cq, channel, self.clone(), psn, options)?);
+        })? & 0x00ff_ffff;
+        let core = Arc::new(QpCore::new(qp, cq, self.clone(), psn, options)?);
         Ok(RcQueuePair {
             core,
             completion_thread: OnceLock::new(),
@@ -142,21 +84,17 @@ impl RcQueuePair {
     /// pairs never post work, so this is how it learns that a client's pair failed (a remote
     /// access error, for one, moves the responder's pair to the error state too).
     pub fn in_error_state(&self) -> bool {
-        let qp = self.core.lock_qp();
-        matches!(
-            qp.query(QueuePairAttributeMask::State),
-            Ok((attr, _)) if attr.state() == QueuePairState::Error
-        )
+        verbs::in_error_state(&self.core.lock_qp())
     }
 
     /// How many chains of work requests were posted (one doorbell each).
     pub fn doorbells(&self) -> u64 {
-        self.core.doorbells()
+        self.core.work.doorbells()
     }
 
     /// Work requests posted and not yet completed.
     pub fn in_flight(&self) -> usize {
-        self.core.in_flight_count()
+        self.core.work.in_flight()
     }
 
     /// The peer's congestion window, once connected.
@@ -197,49 +135,14 @@ impl RcQueuePair {
         let device = &core.device;
         let peer_fabric = peer_endpoint(peer)?;
         let plan = device.runtime().address_for(device.plan(), &peer_fabric)?;
-        let mut path = AddressHandleAttribute::new();
-        path.setup_port(plan.port)
-            .setup_dest_lid(plan.dest_lid)
-            .setup_service_level(plan.service_level);
-        if let Some(grh) = plan.grh {
-            let sgid_index =
-                u8::try_from(grh.sgid_index).map_err(|_| RdmaError::InvalidArgument {
-                    name: "gid_index",
-                    value: grh.sgid_index.to_string(),
-                    limit: "verbs address handles take a GID index of 0..=255",
-                })?;
-            path.setup_grh(
-                &Gid { raw: grh.dgid.0 },
-                grh.flow_label,
-                sgid_index,
-                grh.hop_limit,
-                grh.traffic_class,
-            );
-        }
-        let rd_atomic = device.limits().max_rd_atomic;
-        let options = &core.options;
-        let mut rtr = QueuePairAttribute::new();
-        rtr.setup_state(QueuePairState::ReadyToReceive)
-            .setup_path_mtu(VerbsMtu::from(plan.path_mtu.verbs_code()))
-            .setup_dest_qp_num(peer.qp_num)
-            .setup_rq_psn(peer.psn & 0x00ff_ffff)
-            .setup_max_dest_read_atomic(rd_atomic)
-            .setup_min_rnr_timer(options.min_rnr_timer)
-            .setup_address_vector(&path);
-        let mut rts = QueuePairAttribute::new();
-        rts.setup_state(QueuePairState::ReadyToSend)
-            .setup_sq_psn(core.psn)
-            .setup_timeout(options.ack_timeout)
-            .setup_retry_cnt(options.retry_count.min(7))
-            .setup_rnr_retry(options.rnr_retry.min(7))
-            .setup_max_read_atomic(rd_atomic);
-        {
-            let mut qp = core.lock_qp();
-            qp.modify(&rtr)
-                .map_err(|e| modify_error("ibv_modify_qp(INIT->RTR)", device.name(), &e))?;
-            qp.modify(&rts)
-                .map_err(|e| modify_error("ibv_modify_qp(RTR->RTS)", device.name(), &e))?;
-        }
+        verbs::connect_to(
+            &mut core.lock_qp(),
+            device,
+            &plan,
+            (peer.qp_num, peer.psn),
+            core.psn,
+            &core.options,
+        )?;
         let infiniband = device.plan().facts.link_layer == LinkLayer::InfiniBand;
         let window = device.peer_window(&peer_key(&peer_fabric, infiniband));
         core.connection
@@ -267,30 +170,6 @@ impl RcQueuePair {
 
 impl Drop for RcQueuePair {
     fn drop(&mut self) {
-        self.core
-            .shutdown
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.core.wake_thread();
-    }
-}
-
-fn modify_error(call: &'static str, device: &str, e: &ModifyQueuePairError) -> RdmaError {
-    use std::error::Error as _;
-    let errno = e
-        .source()
-        .and_then(|s| s.downcast_ref::<std::io::Error>())
-        .and_then(std::io::Error::raw_os_error)
-        .unwrap_or(0);
-    let mut reason = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        reason = format!("{reason}: {s}");
-        source = s.source();
-    }
-    RdmaError::Verbs {
-        call,
-        device: device.to_owned(),
-        errno,
-        reason,
+        self.core.work.shut_down();
     }
 }

@@ -8,7 +8,6 @@ use tokio::sync::Notify;
 use crate::device::RdmaDevice;
 use crate::error::RdmaError;
 use crate::memory::{LocalMemory, RegisteredBuffer};
-use crate::qp::RcQueuePair;
 
 /// `count` buffers of `buf_size` bytes carved out of one registered mapping (one MR).
 pub struct StagingPool {
@@ -137,44 +136,5 @@ unsafe impl LocalMemory for StagingBuffer {
     }
     fn lkey(&self) -> u32 {
         self.pool.buffer.region().lkey()
-    }
-}
-
-impl RcQueuePair {
-    /// WRITEs unregistered `data` to `remote_addr` by way of staging buffers from `pool`, one
-    /// buffer-sized piece at a time.
-    pub async fn write_from_slice(
-        &self,
-        pool: &Arc<StagingPool>,
-        data: &[u8],
-        remote_addr: u64,
-        rkey: u32,
-    ) -> Result<(), RdmaError> {
-        let mut staging = pool.acquire().await;
-        for (i, piece) in data.chunks(pool.buf_size()).enumerate() {
-            staging.as_mut_slice()[..piece.len()].copy_from_slice(piece);
-            let at = remote_addr + (i * pool.buf_size()) as u64;
-            self.write(&staging, 0, piece.len(), at, rkey).await?;
-        }
-        Ok(())
-    }
-
-    /// READs `out.len()` bytes at `remote_addr` into unregistered `out` by way of staging
-    /// buffers from `pool`.
-    pub async fn read_into_slice(
-        &self,
-        pool: &Arc<StagingPool>,
-        out: &mut [u8],
-        remote_addr: u64,
-        rkey: u32,
-    ) -> Result<(), RdmaError> {
-        let mut staging = pool.acquire().await;
-        let size = pool.buf_size();
-        for (i, piece) in out.chunks_mut(size).enumerate() {
-            let at = remote_addr + (i * size) as u64;
-            self.read(&mut staging, 0, piece.len(), at, rkey).await?;
-            piece.copy_from_slice(&staging.as_slice()[..piece.len()]);
-        }
-        Ok(())
     }
 }

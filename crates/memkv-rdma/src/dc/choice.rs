@@ -78,7 +78,8 @@ pub fn choose_transport(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dc::capability::{DcCaps, DcUnavailable};
+    use crate::dc::capability::DcCaps;
+    use crate::dc::unavailable::DcUnavailable;
 
     fn supported() -> DcSupport {
         DcSupport::Supported(DcCaps {

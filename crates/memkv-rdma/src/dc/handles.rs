@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use memkv_fabric::AddressPlan;
 use rdma_mummy_sys::{ibv_ah, ibv_gid, ibv_srq, ibv_srq_init_attr};
 
-use crate::dc::verbs::{av, pd_ptr, sgid_index};
+use crate::dc::ffi::{av, pd_ptr, sgid_index};
 use crate::device::RdmaDevice;
 use crate::error::RdmaError;
 

@@ -13,22 +13,24 @@
 //!
 //! DC cannot run on Soft-RoCE, so everything that talks to the device is untested on
 //! hardware; the policies (transport choice, DCI selection, in-flight accounting) are pure and
-//! unit-tested. `unsafe` lives in `verbs`, `handles`, `post` and `completion`.
+//! unit-tested. `unsafe` lives in `ffi`, `handles` and `verbs`; the in-flight table, completion
+//! thread and operation loop are the crate's, shared with RC.
 
 mod capability;
 mod choice;
-mod completion;
+mod ffi;
 mod handles;
+mod initiators;
 mod ops;
 mod pool;
-mod post;
 mod selector;
-mod table;
 mod target;
+pub(crate) mod unavailable;
 mod verbs;
 
-pub use capability::{DcCaps, DcSupport, DcUnavailable};
+pub use capability::{DcCaps, DcSupport};
 pub use choice::{Transport, TransportDecision, TransportPreference, choose_transport};
 pub use pool::{DcPeer, DciPool, MAX_DCIS};
 pub use selector::{Assignment, DciSelector};
 pub use target::DcTarget;
+pub use unavailable::DcUnavailable;

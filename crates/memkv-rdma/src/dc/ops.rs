@@ -2,15 +2,14 @@
 //! and batched, with the signatures and errors of [`crate::RcQueuePair`]'s, under the peer's
 //! congestion window and the pool's DCI selection.
 
-use std::sync::Arc;
-
-use crate::core::{FLUSH_GRACE, Op};
-use crate::dc::pool::{DcPeer, DciPool, PoolCore};
+use crate::dc::initiators::{PoolCore, lock};
+use crate::dc::pool::{DcPeer, DciPool};
 use crate::dc::selector::Assignment;
 use crate::error::RdmaError;
 use crate::memory::LocalMemory;
-use crate::slot::Slot;
-use crate::transfer::{Transfer, plan_chunks};
+use crate::op::Op;
+use crate::ops::{Sender, execute};
+use crate::transfer::{Chunk, Transfer, plan_chunks};
 
 impl DciPool {
     /// RDMA WRITE of `local[local_offset..+len]` to `remote_addr` in `peer`'s region `rkey`.
@@ -93,102 +92,70 @@ impl DciPool {
         if chunks.is_empty() {
             return Ok(());
         }
-        let slot = Arc::new(Slot::default());
-        let mut guard = InFlightGuard {
-            core,
-            slot: &slot,
-            dcis: Vec::new(),
-            armed: true,
-        };
-        let window = &peer.window;
-        let mut posted = 0usize;
-        let mut failure = None;
-        while posted < chunks.len() {
-            let wanted = u32::try_from(chunks.len() - posted).unwrap_or(u32::MAX);
-            let granted = window.acquire(wanted).await;
-            let (dci, count) = match assign(core, peer.id, granted).await {
-                Ok(assigned) => assigned,
-                Err(e) => {
-                    window.release_unused(granted);
-                    failure = Some(e);
-                    break;
-                }
-            };
-            window.release_unused(granted - count);
-            if !guard.dcis.contains(&dci) {
-                guard.dcis.push(dci);
-            }
-            let batch = &chunks[posted..posted + count as usize];
-            match core.post(dci, op, batch, peer, &slot) {
-                Ok(()) => posted += batch.len(),
-                Err(e) => {
-                    core.selector
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .release(dci, peer.id, count);
-                    window.release_unused(count);
-                    core.sq_freed.notify_waiters();
-                    core.break_dci(dci, &e.to_string());
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        let completed = slot.settled().await;
-        guard.armed = false;
-        match (completed, failure) {
-            (Err(e), _) => Err(e),
-            (Ok(()), Some(e)) => Err(e),
-            (Ok(()), None) => Ok(()),
-        }
+        let sender = DcSender { core, peer };
+        execute(&sender, op, &chunks, &peer.window).await
     }
 }
 
-/// Waits until the selector places up to `wanted` requests of `peer` on a DCI.
-async fn assign(core: &PoolCore, peer: u64, wanted: u32) -> Result<(usize, u32), RdmaError> {
-    loop {
-        let freed = core.sq_freed.notified();
-        tokio::pin!(freed);
-        // Registered before asking, so that a completion in between is not missed.
-        freed.as_mut().enable();
-        let assignment = core
-            .selector
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .assign(peer, wanted);
-        match assignment {
-            Assignment::Use { dci, count } => return Ok((dci, count)),
-            Assignment::Broken { dci } => return Err(core.broken_error(Some(dci))),
-            Assignment::NoneUsable => return Err(core.broken_error(None)),
-            Assignment::Wait => freed.await,
-        }
-    }
-}
-
-/// As for RC: an operation dropped while its requests are in flight breaks the DCIs they are
-/// on (flushing them) and waits for the flush, since the NIC may still use the memory.
-struct InFlightGuard<'a> {
+/// An operation's way to one peer through the pool: the DCI the selector gives the peer, and
+/// that peer's DC target, address handle and access key on every request.
+struct DcSender<'a> {
     core: &'a PoolCore,
-    slot: &'a Slot,
-    dcis: Vec<usize>,
-    armed: bool,
+    peer: &'a DcPeer,
 }
 
-impl Drop for InFlightGuard<'_> {
-    fn drop(&mut self) {
-        if !self.armed || self.slot.outstanding() == 0 {
-            return;
+impl Sender for DcSender<'_> {
+    type Pairs = PoolCore;
+
+    fn pairs(&self) -> &PoolCore {
+        self.core
+    }
+
+    fn tag(&self) -> u64 {
+        self.peer.id
+    }
+
+    /// Waits until the selector places up to `wanted` requests of the peer on a DCI.
+    async fn place(&self, wanted: u32) -> Result<(usize, u32), RdmaError> {
+        let core = self.core;
+        loop {
+            let freed = core.sq_freed.notified();
+            tokio::pin!(freed);
+            // Registered before asking, so that a completion in between is not missed.
+            freed.as_mut().enable();
+            let assignment = lock(&core.selector).assign(self.peer.id, wanted);
+            match assignment {
+                Assignment::Use { dci, count } => return Ok((dci, count)),
+                Assignment::Broken { dci } => return Err(core.broken_error(Some(dci))),
+                Assignment::NoneUsable => return Err(core.broken_error(None)),
+                Assignment::Wait => freed.await,
+            }
         }
-        for &dci in &self.dcis {
-            self.core
-                .break_dci(dci, "an operation was dropped while in flight");
+    }
+
+    fn unplace(&self, dci: usize, count: u32) {
+        self.core.release_places(dci, self.peer.id, count);
+    }
+
+    /// All or nothing: on failure none of the batch is in flight.
+    fn ring(
+        &self,
+        dci: usize,
+        op: Op,
+        chunks: &[Chunk],
+        first_id: u64,
+    ) -> Result<(), (usize, RdmaError)> {
+        let peer = self.peer;
+        let rc = lock(&self.core.dcis[dci]).post_batch(
+            op,
+            chunks,
+            first_id,
+            (&peer.ah, peer.dct_num, peer.dc_key),
+        );
+        if rc == 0 {
+            return Ok(());
         }
-        let limit = self.core.options.op_deadline + FLUSH_GRACE * 2;
-        if !self.slot.wait_blocking(limit) {
-            tracing::error!(
-                device = self.core.device.name(),
-                "DC work requests of a dropped operation did not complete in {limit:?}"
-            );
-        }
+        let device = self.core.device.name();
+        Err((0, RdmaError::verbs_errno("ibv_wr_complete", device, rc)))
     }
 }

@@ -1,25 +1,27 @@
-//! A pool of DC initiators on one device: creation, the peers (DC targets) it sends to, and
-//! taking a broken DCI out of service and back in. The operations are in `ops`.
+//! A pool of DC initiators on one device: its creation and the peers (DC targets) it sends
+//! to. Taking a broken DCI out of service and back in is in `initiators`, the operations in
+//! `ops`.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use memkv_fabric::LinkLayer;
 use memkv_proto::connect::RdmaEndpoint;
-use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel};
 use tokio::sync::Notify;
 
+use crate::completion;
+use crate::cq::NotifiedCq;
 use crate::dc::capability::require_dc;
 use crate::dc::handles::RawAh;
+use crate::dc::initiators::{DciHealth, PoolCore, lock};
 use crate::dc::selector::DciSelector;
-use crate::dc::table::DcTable;
-use crate::dc::verbs::{DcPath, DcRole, Initiator, RawQp, wake_fd};
+use crate::dc::verbs::{DcPath, DcRole, RawQp};
 use crate::device::RdmaDevice;
 use crate::endpoint::{peer_endpoint, peer_key};
 use crate::error::RdmaError;
 use crate::gate::PeerWindow;
-use crate::qp::QpOptions;
+use crate::options::QpOptions;
+use crate::work_requests::WorkRequests;
 
 /// Most DC initiators one pool may have (`rdma.num_dcis`).
 pub const MAX_DCIS: u32 = 1024;
@@ -52,38 +54,6 @@ impl DcPeer {
     pub fn window(&self) -> &Arc<PeerWindow> {
         &self.window
     }
-}
-
-#[derive(Default)]
-pub(crate) struct DciHealth {
-    pub broken: Option<String>,
-    pub repair_failed: bool,
-}
-
-pub(crate) struct PoolCore {
-    // Field order is drop order: the DCIs before their CQ, the CQ before its channel.
-    pub dcis: Vec<Mutex<Initiator>>,
-    pub cq: Arc<BasicCompletionQueue>,
-    pub channel: Arc<CompletionChannel>,
-    pub device: Arc<RdmaDevice>,
-    pub dci_nums: Vec<u32>,
-    pub path: DcPath,
-    pub rd_atomic: u8,
-    pub options: QpOptions,
-    pub id: u64,
-    pub selector: Mutex<DciSelector>,
-    /// Notified whenever send queue entries free up or a DCI returns to service.
-    pub sq_freed: Notify,
-    pub table: Mutex<DcTable>,
-    pub next_wr_id: AtomicU64,
-    pub doorbells: AtomicU64,
-    pub health: Mutex<Vec<DciHealth>>,
-    pub shutdown: AtomicBool,
-    wake: OwnedFd,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl RdmaDevice {
@@ -135,18 +105,18 @@ impl RdmaDevice {
             requested: u64::from(num_dcis),
             limit: u64::from(limits.max_cqe),
         })?;
-        let (channel, cq) = crate::completion::notified_cq(self, cq_depth)?;
+        let cq = NotifiedCq::new(self, cq_depth)?;
         let mut dcis = Vec::with_capacity(num_dcis as usize);
         for _ in 0..num_dcis {
-            let qp = RawQp::create(self, &cq, DcRole::Initiator { depth })?;
+            let qp = RawQp::create(self, &cq.cq, DcRole::Initiator { depth })?;
             qp.initiator_to_rts(&path, &options, rd_atomic)?;
             dcis.push(Mutex::new(qp.into_initiator()?));
         }
+        let work = WorkRequests::new(self.name(), options.op_deadline)?;
         let dci_nums = dcis.iter().map(|d| lock(d).qp.qp_num()).collect();
         let core = Arc::new(PoolCore {
             dcis,
             cq,
-            channel,
             device: self.clone(),
             dci_nums,
             path,
@@ -155,14 +125,11 @@ impl RdmaDevice {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             selector: Mutex::new(DciSelector::new(num_dcis as usize, depth)),
             sq_freed: Notify::new(),
-            table: Mutex::new(DcTable::default()),
-            next_wr_id: AtomicU64::new(1),
-            doorbells: AtomicU64::new(0),
+            work,
             health: Mutex::new((0..num_dcis).map(|_| DciHealth::default()).collect()),
-            shutdown: AtomicBool::new(false),
-            wake: wake_fd(self.name())?,
         });
-        crate::dc::completion::spawn(core.clone())
+        let name = format!("rdma-dci-{}", core.dci_nums[0]);
+        completion::spawn(core.clone(), name)
             .map_err(|e| RdmaError::verbs("spawn DC completion thread", self.name(), &e))?;
         tracing::info!(
             device = self.name(),
@@ -204,12 +171,12 @@ impl DciPool {
 
     /// How many chains of work requests were posted (one doorbell each).
     pub fn doorbells(&self) -> u64 {
-        self.core.doorbells.load(Ordering::Relaxed)
+        self.core.work.doorbells()
     }
 
     /// Work requests posted and not yet completed.
     pub fn in_flight(&self) -> usize {
-        lock(&self.core.table).len()
+        self.core.work.in_flight()
     }
 
     /// Initiators out of service (broken, being flushed or failed to reset).
@@ -271,92 +238,7 @@ impl DciPool {
 
 impl Drop for DciPool {
     fn drop(&mut self) {
-        self.core.shutdown.store(true, Ordering::Release);
-        self.core.wake_thread();
-    }
-}
-
-impl PoolCore {
-    pub fn wake_fd(&self) -> RawFd {
-        self.wake.as_raw_fd()
-    }
-
-    pub fn channel_fd(&self) -> RawFd {
-        self.channel.as_raw_fd()
-    }
-
-    /// Takes `dci` out of service and moves it to the error state, which flushes its requests.
-    pub fn break_dci(&self, dci: usize, reason: &str) {
-        {
-            let mut health = lock(&self.health);
-            let Some(h) = health.get_mut(dci) else { return };
-            if h.broken.is_some() {
-                return;
-            }
-            tracing::warn!(
-                qp_num = self.dci_nums[dci],
-                device = self.device.name(),
-                "DC initiator broken: {reason}"
-            );
-            h.broken = Some(reason.to_owned());
-            lock(&self.selector).mark_broken(dci);
-        }
-        if let Err(e) = lock(&self.dcis[dci]).qp.to_error() {
-            tracing::error!(qp_num = self.dci_nums[dci], "{e}");
-        }
-        self.wake_thread();
-    }
-
-    /// The error for an operation that cannot use `dci` (or, `None`, any DCI).
-    pub fn broken_error(&self, dci: Option<usize>) -> RdmaError {
-        let health = lock(&self.health);
-        let (qp_num, reason) = match dci {
-            Some(d) => (
-                self.dci_nums[d],
-                health[d].broken.clone().unwrap_or_default(),
-            ),
-            None => (
-                self.dci_nums[0],
-                format!(
-                    "every DC initiator of the pool is broken; the first: {}",
-                    health[0].broken.clone().unwrap_or_default()
-                ),
-            ),
-        };
-        RdmaError::QueuePairBroken { qp_num, reason }
-    }
-
-    /// Resets broken initiators whose requests have all completed and returns them to
-    /// service. One that fails to reset stays out of service.
-    pub fn repair_drained(&self) {
-        let drained = lock(&self.selector).drained_broken();
-        let mut repaired = false;
-        for dci in drained {
-            if lock(&self.health)[dci].repair_failed {
-                continue;
-            }
-            let result = lock(&self.dcis[dci]).qp.initiator_to_rts(
-                &self.path,
-                &self.options,
-                self.rd_atomic,
-            );
-            let mut health = lock(&self.health);
-            match result {
-                Ok(()) => {
-                    health[dci] = DciHealth::default();
-                    lock(&self.selector).mark_repaired(dci);
-                    repaired = true;
-                    tracing::info!(qp_num = self.dci_nums[dci], "DC initiator back in service");
-                }
-                Err(e) => {
-                    health[dci].repair_failed = true;
-                    tracing::error!(qp_num = self.dci_nums[dci], "resetting a DC initiator: {e}");
-                }
-            }
-        }
-        if repaired {
-            self.sq_freed.notify_waiters();
-        }
+        self.core.work.shut_down();
     }
 }
 

@@ -11,7 +11,7 @@ use crate::dc::verbs::{DcPath, DcRole, RawQp};
 use crate::device::RdmaDevice;
 use crate::endpoint::advertise;
 use crate::error::RdmaError;
-use crate::qp::QpOptions;
+use crate::options::QpOptions;
 
 /// An SRQ and a DCT in RTR accepting remote READ and WRITE from initiators that present
 /// `dc_key`. One per server device; it takes no work of its own (one-sided operations consume

@@ -1,6 +1,7 @@
 //! The mlx5dv and verbs calls behind DC: querying DC resources, creating DC targets and
-//! initiators and moving them through their states (SRQs and address handles are in
-//! `handles`). Every object is owned by a value that destroys it when dropped.
+//! initiators, moving them through their states, and posting a batch on an initiator (SRQs
+//! and address handles are in `handles`). Every object is owned by a value that destroys it
+//! when dropped.
 
 use std::ptr::NonNull;
 
@@ -11,12 +12,19 @@ use rdma_mummy_sys::{
     ibv_qp_init_attr_mask, ibv_qp_state, ibv_qp_type, mlx5dv_context, mlx5dv_context_comp_mask,
     mlx5dv_qp_ex, mlx5dv_qp_init_attr, mlx5dv_qp_init_attr_mask,
 };
+use rdma_mummy_sys::{
+    ibv_send_flags, ibv_wr_complete, ibv_wr_rdma_read, ibv_wr_rdma_write, ibv_wr_set_sge,
+    ibv_wr_start, mlx5dv_wr_set_dc_addr,
+};
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionQueue as _};
 
-use crate::dc::handles::RawSrq;
+use crate::dc::ffi::{av, blank_attr, context_ptr, pd_ptr, sgid_index};
+use crate::dc::handles::{RawAh, RawSrq};
 use crate::device::RdmaDevice;
 use crate::error::RdmaError;
-use crate::qp::QpOptions;
+use crate::op::Op;
+use crate::options::QpOptions;
+use crate::transfer::Chunk;
 
 /// DC resources as `mlx5dv_query_device` reports them; `None` when the library does not know
 /// the field.
@@ -287,54 +295,44 @@ unsafe impl Send for Initiator {}
 // SAFETY: as above.
 unsafe impl Sync for Initiator {}
 
-/// A non-blocking eventfd that wakes a completion thread.
-pub(crate) fn wake_fd(device: &str) -> Result<std::os::fd::OwnedFd, RdmaError> {
-    use std::os::fd::FromRawFd as _;
-    // SAFETY: eventfd has no memory preconditions; the result is checked below.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(RdmaError::verbs(
-            "eventfd",
-            device,
-            &std::io::Error::last_os_error(),
-        ));
+impl Initiator {
+    /// Posts `chunks` with ids `first_id..` to the DC target `dct_num` (reached through `ah`,
+    /// presenting `dc_key`) as one batch: every work request between one `ibv_wr_start` and
+    /// one `ibv_wr_complete` (one doorbell), each addressed with `mlx5dv_wr_set_dc_addr`. All
+    /// or nothing: mlx5 rolls back a batch that `ibv_wr_complete` refuses. Returns its result
+    /// (0, or an errno).
+    ///
+    /// `&mut self`: the owner's mutex keeps this the only batch being built on the DCI.
+    pub fn post_batch(
+        &mut self,
+        op: Op,
+        chunks: &[Chunk],
+        first_id: u64,
+        (ah, dct_num, dc_key): (&RawAh, u32, u64),
+    ) -> i32 {
+        let (qpx, dv) = (self.qpx.as_ptr(), self.dv.as_ptr());
+        // SAFETY: `qpx` and `dv` belong to a live DCI created with RDMA WRITE and READ send
+        // ops, and `&mut self` (under its owner's mutex) keeps this the only batch being built
+        // on it. The address handle lives as long as the caller's peer, which the operation
+        // borrows until its completions arrived. Each scatter/gather entry names memory the
+        // caller's `LocalMemory` promises is registered under its lkey and stays valid until
+        // the completion, which the operation awaits (or, if dropped, breaks the DCI and waits
+        // for the flush).
+        unsafe {
+            ibv_wr_start(qpx);
+            for (i, c) in chunks.iter().enumerate() {
+                (*qpx).wr_id = first_id + i as u64;
+                (*qpx).wr_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+                match op {
+                    Op::Write => ibv_wr_rdma_write(qpx, c.rkey, c.remote_addr),
+                    Op::Read => ibv_wr_rdma_read(qpx, c.rkey, c.remote_addr),
+                }
+                mlx5dv_wr_set_dc_addr(dv, ah.as_ptr(), dct_num, dc_key);
+                ibv_wr_set_sge(qpx, c.lkey, c.local_addr, c.len);
+            }
+            ibv_wr_complete(qpx)
+        }
     }
-    // SAFETY: `fd` is a freshly created descriptor nothing else owns.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
-fn context_ptr(device: &RdmaDevice) -> *mut rdma_mummy_sys::ibv_context {
-    // SAFETY: the pointer is only used while `device` (which owns the context) is alive.
-    unsafe { device.context().context() }.as_ptr()
-}
-
-pub(crate) fn pd_ptr(device: &RdmaDevice) -> *mut rdma_mummy_sys::ibv_pd {
-    // SAFETY: the pointer is only used while `device` (which owns the PD) is alive.
-    unsafe { device.pd().pd() }.as_ptr()
-}
-
-fn blank_attr(state: ibv_qp_state::Type) -> ibv_qp_attr {
-    // SAFETY: ibv_qp_attr is plain C data; all-zero is a valid value.
-    let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
-    attr.qp_state = state;
-    attr
-}
-
-pub(crate) fn av(port: u8, dlid: u16, sl: u8) -> ibv_ah_attr {
-    // SAFETY: ibv_ah_attr is plain C data; all-zero is a valid value.
-    let mut attr: ibv_ah_attr = unsafe { std::mem::zeroed() };
-    attr.port_num = port;
-    attr.dlid = dlid;
-    attr.sl = sl;
-    attr
-}
-
-pub(crate) fn sgid_index(index: u32) -> Result<u8, RdmaError> {
-    u8::try_from(index).map_err(|_| RdmaError::InvalidArgument {
-        name: "gid_index",
-        value: index.to_string(),
-        limit: "verbs address handles take a GID index of 0..=255",
-    })
 }
 
 /// This port's side of every DC path: what DC targets and initiators are moved to RTR with.
