@@ -72,6 +72,7 @@ pub use config::{
     DriveConfig, EvictionPolicy, FileReads, MAX_KEY_LEN, StoreConfig, StoreMode,
 };
 pub use error::{Result, StoreError};
+pub use file::inspect::{DriveContents, inspect_drive};
 pub use reservation::Reservation;
 pub use stats::{DeviceStats, StoreStats};
 pub use store::Store;

@@ -65,6 +65,8 @@ pub enum Command {
     Admin(AdminCommand),
     /// Print a fresh random auth key (64 hex characters).
     Keygen,
+    /// Check drives, format them as one direct-mode store and write the server's config.
+    Setup(crate::setup::SetupArgs),
     /// RDMA fabric diagnostics.
     #[command(subcommand)]
     Net(NetCommand),

@@ -11,6 +11,7 @@ mod http;
 mod kv;
 mod net;
 mod progress;
+mod setup;
 mod start;
 
 use std::time::Duration;
@@ -39,6 +40,7 @@ fn run(cli: Cli) -> Result<(), Exit> {
     match cli.command {
         Command::Start { config } => start::start(config.as_deref()),
         Command::Keygen => keygen(),
+        Command::Setup(args) => setup::run(args),
         Command::Net(NetCommand::Show { device, port, json }) => net::show(device, port, json),
         Command::Net(NetCommand::Verify {
             server,

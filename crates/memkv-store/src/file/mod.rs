@@ -6,6 +6,7 @@
 mod commit;
 mod direct;
 mod extents;
+pub(crate) mod inspect;
 pub(crate) mod io;
 mod journal;
 mod open;

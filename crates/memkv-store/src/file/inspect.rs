@@ -1,0 +1,125 @@
+//! What a drive holds, for `memkv setup`: nothing, a memkv drive, or something else that
+//! formatting would destroy (named, so the operator knows what `--force` would overwrite).
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use super::superblock::{MAGIC, Probe, SUPERBLOCK_LEN, Superblock};
+
+/// Bytes read from the start of a drive: enough for the filesystem signatures checked below.
+const INSPECTED: usize = 128 << 10;
+
+/// What a drive holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriveContents {
+    /// Zeros where a superblock or a filesystem's signature would be.
+    Blank,
+    /// A memkv drive: drive `drive_index` of `drive_count` of store `store_id`.
+    Memkv {
+        store_id: u128,
+        drive_index: u32,
+        drive_count: u32,
+        block_size: u64,
+    },
+    /// A memkv superblock this build cannot read (newer, or damaged), named.
+    UnreadableMemkv(String),
+    /// Something else, named ("an ext4 filesystem", "a GPT partition table", ...).
+    Foreign(String),
+}
+
+/// Reads the start of the drive at `path` (a block device or a file) and says what it holds.
+pub fn inspect_drive(path: &Path) -> std::io::Result<DriveContents> {
+    let mut head = Vec::with_capacity(INSPECTED);
+    File::open(path)?
+        .take(INSPECTED as u64)
+        .read_to_end(&mut head)?;
+    Ok(classify(&head))
+}
+
+fn classify(head: &[u8]) -> DriveContents {
+    if head.starts_with(MAGIC) {
+        let page = &head[..head.len().min(SUPERBLOCK_LEN)];
+        return match Superblock::probe(page, "the drive") {
+            Ok(Probe::Formatted(sb)) => DriveContents::Memkv {
+                store_id: sb.store_id,
+                drive_index: sb.drive_index,
+                drive_count: sb.drive_count,
+                block_size: sb.block_size,
+            },
+            Ok(Probe::Blank) => DriveContents::Blank,
+            Err(e) => DriveContents::UnreadableMemkv(e.to_string()),
+        };
+    }
+    if let Some(name) = signature(head) {
+        return DriveContents::Foreign(name.to_owned());
+    }
+    let first_page = &head[..head.len().min(SUPERBLOCK_LEN)];
+    if first_page.iter().all(|&b| b == 0) {
+        DriveContents::Blank
+    } else {
+        DriveContents::Foreign("data that is not a memkv drive".to_owned())
+    }
+}
+
+/// Known on-disk signatures (offset, bytes, what they mean), as blkid finds them.
+const SIGNATURES: &[(usize, &[u8], &str)] = &[
+    (1080, &[0x53, 0xef], "an ext2/3/4 filesystem"),
+    (0, b"XFSB", "an XFS filesystem"),
+    (0x10040, b"_BHRfS_M", "a btrfs filesystem"),
+    (4086, b"SWAPSPACE2", "a swap area"),
+    (4086, b"SWAP-SPACE", "a swap area"),
+    (0, b"LUKS\xba\xbe", "a LUKS encrypted volume"),
+    (512, b"EFI PART", "a GPT partition table"),
+    (0, b"\x7fELF", "an ELF file"),
+];
+
+fn signature(head: &[u8]) -> Option<&'static str> {
+    let found = SIGNATURES
+        .iter()
+        .find(|(at, magic, _)| head.get(*at..*at + magic.len()) == Some(*magic))
+        .map(|(_, _, name)| *name);
+    // An MBR: the boot signature with a partition entry in use.
+    found.or_else(|| {
+        let mbr =
+            head.get(510..512) == Some(&[0x55, 0xaa]) && head[446..510].iter().any(|&b| b != 0);
+        mbr.then_some("an MBR partition table")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(at: usize, bytes: &[u8]) -> Vec<u8> {
+        let mut head = vec![0u8; INSPECTED];
+        head[at..at + bytes.len()].copy_from_slice(bytes);
+        head
+    }
+
+    #[test]
+    fn names_what_it_finds() {
+        assert_eq!(classify(&vec![0; INSPECTED]), DriveContents::Blank);
+        assert_eq!(classify(&[]), DriveContents::Blank);
+        for (at, magic, name) in SIGNATURES {
+            assert_eq!(
+                classify(&with(*at, magic)),
+                DriveContents::Foreign((*name).to_owned())
+            );
+        }
+        let mut mbr = with(510, &[0x55, 0xaa]);
+        mbr[450] = 0x83;
+        assert_eq!(
+            classify(&mbr),
+            DriveContents::Foreign("an MBR partition table".into())
+        );
+        assert_eq!(
+            classify(&with(5, b"x")),
+            DriveContents::Foreign("data that is not a memkv drive".into())
+        );
+        assert!(matches!(
+            classify(&with(0, MAGIC)),
+            DriveContents::UnreadableMemkv(_)
+        ));
+    }
+}

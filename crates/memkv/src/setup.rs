@@ -1,0 +1,232 @@
+//! `memkv setup`: check drives, format them as one direct-mode store and write a server
+//! configuration that uses them.
+//!
+//! Safe by default: a drive holding a filesystem, a partition table or another memkv store is
+//! refused, naming what was found, unless `--force`. `--idempotent` makes a second run with the
+//! same arguments a no-op (drives already one store of this geometry, config already as asked),
+//! so provisioning scripts can run it on every boot.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use memkv_config::ByteSize;
+use memkv_server::config::ServerConfig;
+use memkv_store::{DriveConfig, DriveContents, Store, StoreConfig, StoreMode, inspect_drive};
+
+use crate::exit::{self, Exit};
+
+/// Bytes zeroed at the start of a drive that `--force` takes over: the memkv superblock and
+/// the signatures of every filesystem `inspect_drive` knows (btrfs's is the farthest, at 64 KiB).
+const WIPE: usize = 1 << 20;
+
+#[derive(Debug, clap::Args)]
+pub struct SetupArgs {
+    /// Drives to use, comma-separated: block devices (or files on a disk filesystem).
+    #[arg(
+        long,
+        value_name = "DEV[,DEV...]",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub drives: Vec<PathBuf>,
+    /// Extent size on the drives (storage.block_size): a multiple of 4 KiB.
+    #[arg(long, value_name = "SIZE", default_value = "4 MiB", value_parser = parse_size)]
+    pub shard_size: ByteSize,
+    /// RDMA device the server uses (rdma.device).
+    #[arg(long, value_name = "DEVICE")]
+    pub rdma: Option<String>,
+    /// Overwrite drives that hold something (a filesystem, another store) and an existing,
+    /// different config file.
+    #[arg(long)]
+    pub force: bool,
+    /// Succeed without changing anything when the drives and the config are already set up as
+    /// asked.
+    #[arg(long)]
+    pub idempotent: bool,
+    /// Where to write the server configuration.
+    #[arg(long, value_name = "PATH", default_value = "/etc/memkv/config.yaml")]
+    pub config: PathBuf,
+}
+
+fn parse_size(text: &str) -> Result<ByteSize, String> {
+    memkv_config::parse_size(text).map_err(|e| e.to_string())
+}
+
+pub fn run(args: SetupArgs) -> Result<(), Exit> {
+    let fail = |m: String| Exit::with(exit::FAILURE, m);
+    let block_size = args.shard_size.bytes();
+    let found: Vec<DriveContents> = args
+        .drives
+        .iter()
+        .map(|d| inspect_drive(d).map_err(|e| fail(format!("{}: {e}", d.display()))))
+        .collect::<Result<_, _>>()?;
+    let config_text = config_yaml(&args);
+    let set_up = already_one_store(&found, block_size);
+    if args.idempotent && set_up && config_matches(&args.config, &config_text) {
+        println!(
+            "memkv setup: {} drive(s) and {} already set up as asked; nothing changed",
+            args.drives.len(),
+            args.config.display()
+        );
+        return Ok(());
+    }
+    let keep_store = args.idempotent && set_up;
+    if !keep_store {
+        for (drive, contents) in args.drives.iter().zip(&found) {
+            if let Some(what) = occupied(contents) {
+                if !args.force {
+                    return Err(fail(format!(
+                        "refusing {}: it holds {what}; --force overwrites it",
+                        drive.display()
+                    )));
+                }
+                wipe(drive).map_err(|e| fail(format!("{}: wiping: {e}", drive.display())))?;
+                println!("memkv setup: {}: overwrote {what}", drive.display());
+            }
+        }
+        format(&args.drives, block_size).map_err(fail)?;
+    }
+    write_config(&args, &config_text)?;
+    println!(
+        "memkv setup: {} drive(s) {} as one direct-mode store ({} extents); config in {}",
+        args.drives.len(),
+        if keep_store { "kept" } else { "formatted" },
+        args.shard_size,
+        args.config.display()
+    );
+    Ok(())
+}
+
+/// What formatting a drive would destroy, if anything.
+fn occupied(contents: &DriveContents) -> Option<String> {
+    match contents {
+        DriveContents::Blank => None,
+        DriveContents::Memkv {
+            store_id,
+            drive_index,
+            drive_count,
+            ..
+        } => Some(format!(
+            "drive {} of {drive_count} of memkv store {store_id:032x}",
+            drive_index + 1
+        )),
+        DriveContents::UnreadableMemkv(why) => {
+            Some(format!("a memkv drive this build cannot read ({why})"))
+        }
+        DriveContents::Foreign(what) => Some(what.clone()),
+    }
+}
+
+/// Whether the drives are, in this order, all the drives of one memkv store with these extents.
+fn already_one_store(found: &[DriveContents], block_size: u64) -> bool {
+    let mut id = None;
+    found.iter().enumerate().all(|(i, c)| match c {
+        DriveContents::Memkv {
+            store_id,
+            drive_index,
+            drive_count,
+            block_size: b,
+        } => {
+            let same = *id.get_or_insert(*store_id) == *store_id;
+            same && *drive_index as usize == i
+                && *drive_count as usize == found.len()
+                && *b == block_size
+        }
+        _ => false,
+    })
+}
+
+fn wipe(drive: &Path) -> std::io::Result<()> {
+    let file = OpenOptions::new().write(true).open(drive)?;
+    let len = file.metadata()?.len();
+    // A block device reports length 0 here; it is always larger than the wipe.
+    let n = if len == 0 {
+        WIPE
+    } else {
+        WIPE.min(len as usize)
+    };
+    file.write_all_at(&vec![0u8; n], 0)?;
+    file.sync_all()
+}
+
+/// Formats the drives by opening them once as a direct-mode store.
+fn format(drives: &[PathBuf], block_size: u64) -> Result<(), String> {
+    let mut config = StoreConfig::direct(
+        drives
+            .iter()
+            .map(|path| DriveConfig {
+                path: path.clone(),
+                size: None,
+            })
+            .collect(),
+    );
+    if let StoreMode::Direct { block_size: b, .. } = &mut config.mode {
+        *b = block_size;
+    }
+    let store = Store::open(config).map_err(|e| format!("formatting the drives: {e}"))?;
+    store
+        .close()
+        .map_err(|e| format!("closing the new store: {e}"))
+}
+
+fn config_yaml(args: &SetupArgs) -> String {
+    let mut text = String::from(
+        "# Written by `memkv setup`. See config.example.yaml for every key.\nstorage:\n  mode: direct\n",
+    );
+    text.push_str(&format!("  block_size: {}\n  drives:\n", args.shard_size));
+    for d in &args.drives {
+        text.push_str(&format!("    - media: {}\n", yaml_string(&absolute(d))));
+    }
+    if let Some(device) = &args.rdma {
+        text.push_str(&format!(
+            "rdma:\n  device: {}\n",
+            yaml_string(Path::new(device))
+        ));
+    }
+    text
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_owned())
+}
+
+/// A double-quoted YAML scalar (paths may hold characters YAML would otherwise read).
+fn yaml_string(p: &Path) -> String {
+    let s = p.display().to_string();
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn config_matches(path: &Path, text: &str) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|current| current == text)
+}
+
+fn write_config(args: &SetupArgs, text: &str) -> Result<(), Exit> {
+    let fail = |m: String| Exit::with(exit::FAILURE, m);
+    let path = &args.config;
+    if path.exists() && !config_matches(path, text) && !args.force {
+        return Err(fail(format!(
+            "refusing to replace {}: it differs from the configuration asked for; --force replaces it",
+            path.display()
+        )));
+    }
+    // Checked before it is written: what setup writes must be what the server loads.
+    let temp = path.with_extension("yaml.new");
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| fail(format!("{}: {e}", parent.display())))?;
+    }
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&temp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()
+    };
+    write().map_err(|e| fail(format!("{}: {e}", temp.display())))?;
+    if let Err(e) = ServerConfig::load(&temp) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(fail(format!(
+            "the configuration setup wrote does not load: {e}"
+        )));
+    }
+    std::fs::rename(&temp, path).map_err(|e| fail(format!("{}: {e}", path.display())))
+}
