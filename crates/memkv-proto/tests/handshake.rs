@@ -312,10 +312,21 @@ fn handshake_frames_with_a_request_id_or_stray_fields_are_refused() {
             let err = if index == 1 { o.client } else { o.server }.unwrap_err();
             let text = err.to_string();
             assert!(
-                matches!(&err, ProtoError::BadRequest(_) | ProtoError::Refused { status: Status::BadRequest, .. }),
+                matches!(
+                    &err,
+                    ProtoError::BadRequest(_)
+                        | ProtoError::Refused {
+                            status: Status::BadRequest,
+                            ..
+                        }
+                ),
                 "frame {index}, {what}: {text}"
             );
-            let named = if what == "flags" { "flags" } else { what.split(' ').next().unwrap() };
+            let named = if what == "flags" {
+                "flags"
+            } else {
+                what.split(' ').next().unwrap()
+            };
             assert!(text.contains(named), "frame {index}, {what}: {text}");
         }
     }
@@ -341,7 +352,10 @@ fn unknown_option_bits_are_refused() {
     });
     let err = o.server.unwrap_err();
     assert_eq!(err.status(), Status::BadRequest);
-    assert!(err.to_string().contains("unknown handshake options 0x80"), "{err}");
+    assert!(
+        err.to_string().contains("unknown handshake options 0x80"),
+        "{err}"
+    );
 }
 
 /// After the handshake, a frame with PAYLOAD_MAC in a session without payload MACs is refused,
@@ -357,7 +371,9 @@ fn the_payload_mac_flag_must_match_the_session() {
     assert!(err.to_string().contains("without payload MACs"), "{err}");
 
     let (mut client, server) = established(true, false);
-    let frame = client.sealer.frame(Header::request(Opcode::Ping, 1), &[], b"x");
+    let frame = client
+        .sealer
+        .frame(Header::request(Opcode::Ping, 1), &[], b"x");
     let mut raw: [u8; HEADER_LEN] = frame[..HEADER_LEN].try_into().unwrap();
     raw[6] &= !(Flags::PAYLOAD_MAC.0 as u8);
     let err = server.opener.header(&raw).unwrap_err();
@@ -388,7 +404,10 @@ fn a_sealed_refusal_echoes_the_refused_frame() {
         let refusal = s2.sealer.refusal(&known, &err);
         let head: [u8; HEADER_LEN] = refusal[..HEADER_LEN].try_into().unwrap();
         // s2's Ready was frame 0, so the refusal is frame 1; c2 opened Ready already.
-        let h = c2.opener.verify(&head, &[], &refusal[HEADER_LEN..], true).unwrap();
+        let h = c2
+            .opener
+            .verify(&head, &[], &refusal[HEADER_LEN..], true)
+            .unwrap();
         assert_eq!(h.seq, 1);
         assert!(h.is_response());
         assert_eq!(h.status, Status::BadRequest);

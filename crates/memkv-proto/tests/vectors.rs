@@ -92,9 +92,7 @@ fn vectors() -> Vec<(&'static str, String)> {
         dc_target: true,
         qp_num: 0x0000_4567,
         psn: 0x0012_3456,
-        gid: [
-            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 7,
-        ],
+        gid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 7],
         gid_index: 3,
         subnet_prefix: 0,
         mtu: 1024,

@@ -107,21 +107,119 @@ fn patched(c: &mut Raw, op: Opcode, key: &[u8], payload: &[u8], patch: fn(&mut [
 async fn every_header_refusal_is_one_sealed_frame_then_close() {
     let server = server("").await;
     let addr = server.data_addr();
-    type Case = (&'static str, Opcode, &'static [u8], fn(&mut [u8]), Status, &'static str);
+    type Case = (
+        &'static str,
+        Opcode,
+        &'static [u8],
+        fn(&mut [u8]),
+        Status,
+        &'static str,
+    );
     let cases: Vec<Case> = vec![
-        ("unknown flag bit", Opcode::Ping, b"", |f| f[6] |= 1 << 2, Status::BadRequest, "unknown header flags 0x0004"),
-        ("unknown status", Opcode::Ping, b"", |f| f[16] = 99, Status::BadRequest, "unknown status code 99"),
-        ("status on a request", Opcode::Ping, b"", |f| f[16] = Status::NotFound.code() as u8, Status::BadRequest, "requests carry status 0"),
-        ("unknown opcode", Opcode::Ping, b"", |f| f[5] = 0x7f, Status::BadRequest, "unknown opcode 0x7f"),
-        ("newer version", Opcode::Ping, b"", |f| f[4] = PROTOCOL_VERSION + 1, Status::UnsupportedVersion, "unsupported protocol version 2"),
-        ("version 0", Opcode::Ping, b"", |f| f[4] = 0, Status::BadRequest, "version 0"),
-        ("bad magic", Opcode::Ping, b"", |f| f[0] = b'X', Status::BadRequest, "bad frame magic"),
-        ("key too long", Opcode::TcpGet, b"k", |f| f[18..20].copy_from_slice(&1025u16.to_le_bytes()), Status::TooLarge, "key of 1025 bytes exceeds the limit of 1024"),
-        ("payload too large", Opcode::TcpPut, b"k", |f| f[20..24].copy_from_slice(&u32::MAX.to_le_bytes()), Status::TooLarge, "exceeds the limit"),
-        ("value too large", Opcode::TcpPut, b"k", |f| f[20..24].copy_from_slice(&((64u32 << 20) + 1).to_le_bytes()), Status::TooLarge, "value of 67108865 bytes"),
-        ("replayed seq", Opcode::Ping, b"", |f| f[32] = 9, Status::Unauthorized, "frame sequence 9 where 0 was expected"),
-        ("bad MAC", Opcode::Ping, b"", |f| f[HEADER_LEN - 1] ^= 1, Status::Unauthorized, "MAC mismatch"),
-        ("body differs from its MAC", Opcode::TcpGet, b"k", |f| f[HEADER_LEN] ^= 1, Status::Unauthorized, "MAC mismatch"),
+        (
+            "unknown flag bit",
+            Opcode::Ping,
+            b"",
+            |f| f[6] |= 1 << 2,
+            Status::BadRequest,
+            "unknown header flags 0x0004",
+        ),
+        (
+            "unknown status",
+            Opcode::Ping,
+            b"",
+            |f| f[16] = 99,
+            Status::BadRequest,
+            "unknown status code 99",
+        ),
+        (
+            "status on a request",
+            Opcode::Ping,
+            b"",
+            |f| f[16] = Status::NotFound.code() as u8,
+            Status::BadRequest,
+            "requests carry status 0",
+        ),
+        (
+            "unknown opcode",
+            Opcode::Ping,
+            b"",
+            |f| f[5] = 0x7f,
+            Status::BadRequest,
+            "unknown opcode 0x7f",
+        ),
+        (
+            "newer version",
+            Opcode::Ping,
+            b"",
+            |f| f[4] = PROTOCOL_VERSION + 1,
+            Status::UnsupportedVersion,
+            "unsupported protocol version 2",
+        ),
+        (
+            "version 0",
+            Opcode::Ping,
+            b"",
+            |f| f[4] = 0,
+            Status::BadRequest,
+            "version 0",
+        ),
+        (
+            "bad magic",
+            Opcode::Ping,
+            b"",
+            |f| f[0] = b'X',
+            Status::BadRequest,
+            "bad frame magic",
+        ),
+        (
+            "key too long",
+            Opcode::TcpGet,
+            b"k",
+            |f| f[18..20].copy_from_slice(&1025u16.to_le_bytes()),
+            Status::TooLarge,
+            "key of 1025 bytes exceeds the limit of 1024",
+        ),
+        (
+            "payload too large",
+            Opcode::TcpPut,
+            b"k",
+            |f| f[20..24].copy_from_slice(&u32::MAX.to_le_bytes()),
+            Status::TooLarge,
+            "exceeds the limit",
+        ),
+        (
+            "value too large",
+            Opcode::TcpPut,
+            b"k",
+            |f| f[20..24].copy_from_slice(&((64u32 << 20) + 1).to_le_bytes()),
+            Status::TooLarge,
+            "value of 67108865 bytes",
+        ),
+        (
+            "replayed seq",
+            Opcode::Ping,
+            b"",
+            |f| f[32] = 9,
+            Status::Unauthorized,
+            "frame sequence 9 where 0 was expected",
+        ),
+        (
+            "bad MAC",
+            Opcode::Ping,
+            b"",
+            |f| f[HEADER_LEN - 1] ^= 1,
+            Status::Unauthorized,
+            "MAC mismatch",
+        ),
+        (
+            "body differs from its MAC",
+            Opcode::TcpGet,
+            b"k",
+            |f| f[HEADER_LEN] ^= 1,
+            Status::Unauthorized,
+            "MAC mismatch",
+        ),
     ];
     for (what, op, key_bytes, patch, status, needle) in cases {
         let mut c = connect(addr, key()).await.unwrap();
@@ -136,21 +234,44 @@ async fn every_header_refusal_is_one_sealed_frame_then_close() {
         .session
         .sealer
         .frame(Header::request(Opcode::Ping, 5), b"key", b"");
-    expect_fatal(&mut c, &f, Status::BadRequest, "Ping request carries no key").await;
+    expect_fatal(
+        &mut c,
+        &f,
+        Status::BadRequest,
+        "Ping request carries no key",
+    )
+    .await;
 
     let mut c = connect(addr, key()).await.unwrap();
     let mut h = Header::request(Opcode::Ping, 6);
     h.flags = Flags::RESPONSE;
     let f = c.session.sealer.frame(h, &[], b"");
-    expect_fatal(&mut c, &f, Status::BadRequest, "a client sent a response frame").await;
+    expect_fatal(
+        &mut c,
+        &f,
+        Status::BadRequest,
+        "a client sent a response frame",
+    )
+    .await;
 
     let mut c = connect(addr, key()).await.unwrap();
     let mut h = Header::request(Opcode::Ping, 7);
     h.flags = Flags::PAYLOAD_MAC;
     let f = c.session.sealer.frame(h, &[], b"x");
-    expect_fatal(&mut c, &f, Status::BadRequest, "session without payload MACs").await;
+    expect_fatal(
+        &mut c,
+        &f,
+        Status::BadRequest,
+        "session without payload MACs",
+    )
+    .await;
 
-    for op in [Opcode::Hello, Opcode::Challenge, Opcode::Proof, Opcode::Ready] {
+    for op in [
+        Opcode::Hello,
+        Opcode::Challenge,
+        Opcode::Proof,
+        Opcode::Ready,
+    ] {
         let mut c = connect(addr, key()).await.unwrap();
         let f = c
             .session
@@ -161,7 +282,10 @@ async fn every_header_refusal_is_one_sealed_frame_then_close() {
 
     // The server still serves everyone else.
     let mut c = connect(addr, key()).await.unwrap();
-    assert_eq!(c.call(Opcode::Ping, &[], b"alive").await, (Status::Ok, b"alive".to_vec()));
+    assert_eq!(
+        c.call(Opcode::Ping, &[], b"alive").await,
+        (Status::Ok, b"alive".to_vec())
+    );
     server.shutdown().await.unwrap();
 }
 
@@ -193,7 +317,10 @@ async fn a_refusal_follows_earlier_responses_in_sequence() {
     let h = c.session.opener.verify(&raw, &[], &body, true).unwrap();
     // Ready was the server's frame 0, then three Pings.
     assert_eq!(h.seq, 4);
-    assert!(h.flags.contains(Flags::PAYLOAD_MAC), "sealed as the session seals");
+    assert!(
+        h.flags.contains(Flags::PAYLOAD_MAC),
+        "sealed as the session seals"
+    );
     assert_eq!(h.opcode, Opcode::TcpGet);
     assert_closed(&mut c.stream).await;
     server.shutdown().await.unwrap();
@@ -233,7 +360,10 @@ async fn a_duplicate_outstanding_request_id_is_refused() {
         frames.push((hd, body));
     }
     let (_wr, dup) = sender.await.unwrap();
-    assert_eq!((frames[0].0.request_id, frames[0].0.status), (1, Status::Ok));
+    assert_eq!(
+        (frames[0].0.request_id, frames[0].0.status),
+        (1, Status::Ok)
+    );
     assert!(frames[0].1 == big);
     assert_eq!(
         (frames[1].0.request_id, frames[1].0.status, &frames[1].1[..]),
@@ -243,7 +373,10 @@ async fn a_duplicate_outstanding_request_id_is_refused() {
     assert_eq!(frames[2].0.request_id, 2);
     assert_eq!(frames[2].0.opcode.code(), dup[5]);
     let message = String::from_utf8_lossy(&frames[2].1);
-    assert!(message.contains("request id 2 is already outstanding"), "{message}");
+    assert!(
+        message.contains("request id 2 is already outstanding"),
+        "{message}"
+    );
     let mut rest = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), rd.read_to_end(&mut rest))
         .await
@@ -303,7 +436,10 @@ async fn a_checksum_mismatch_fails_the_request_and_keeps_the_connection() {
         assert_eq!(c.call(Opcode::Ping, &[], b"still here").await.0, Status::Ok);
     }
     assert_eq!(c.call(Opcode::Exists, b"k", &[]).await.0, Status::NotFound);
-    assert_eq!(c.call(Opcode::Exists, b"big", &[]).await.0, Status::NotFound);
+    assert_eq!(
+        c.call(Opcode::Exists, b"big", &[]).await.0,
+        Status::NotFound
+    );
     server.shutdown().await.unwrap();
 }
 
@@ -313,7 +449,12 @@ async fn a_checksum_mismatch_fails_the_request_and_keeps_the_connection() {
 async fn refused_operations_keep_the_connection() {
     let server = server("").await;
     let mut c = connect(server.data_addr(), key()).await.unwrap();
-    for op in [Opcode::TcpPut, Opcode::TcpGet, Opcode::Exists, Opcode::TcpDelete] {
+    for op in [
+        Opcode::TcpPut,
+        Opcode::TcpGet,
+        Opcode::Exists,
+        Opcode::TcpDelete,
+    ] {
         let (status, body) = c.call(op, b"", b"").await;
         assert_eq!(status, Status::BadRequest, "{op:?}");
         assert!(String::from_utf8_lossy(&body).contains("key must not be empty"));
@@ -323,7 +464,11 @@ async fn refused_operations_keep_the_connection() {
     assert_eq!(c.call(Opcode::TcpPut, &long, b"v").await.0, Status::Ok);
     // Batches: an empty key fails its item; too many items fail the batch.
     let (status, body) = c
-        .call(Opcode::BatchExists, &[], &batch::encode_keys(&[&b""[..], &long[..]]))
+        .call(
+            Opcode::BatchExists,
+            &[],
+            &batch::encode_keys(&[&b""[..], &long[..]]),
+        )
         .await;
     assert_eq!(status, Status::Ok);
     assert_eq!(
@@ -343,7 +488,10 @@ async fn refused_operations_keep_the_connection() {
     // A malformed payload for its operation.
     let (status, _) = c.call(Opcode::Commit, &[], b"short").await;
     assert_eq!(status, Status::BadRequest);
-    assert_eq!(c.call(Opcode::Ping, &[], b"ok").await, (Status::Ok, b"ok".to_vec()));
+    assert_eq!(
+        c.call(Opcode::Ping, &[], b"ok").await,
+        (Status::Ok, b"ok".to_vec())
+    );
     server.shutdown().await.unwrap();
 }
 
@@ -361,7 +509,12 @@ fn hello(patch: impl FnOnce(&mut Header, &mut [u8; 36])) -> Vec<u8> {
 
 /// Sends `bytes` as the first frame and expects a plain refusal echoing its opcode byte and
 /// request id, with `status` and a message containing `needle`, then close.
-async fn expect_handshake_refusal(addr: std::net::SocketAddr, bytes: &[u8], status: Status, needle: &str) {
+async fn expect_handshake_refusal(
+    addr: std::net::SocketAddr,
+    bytes: &[u8],
+    status: Status,
+    needle: &str,
+) {
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(bytes).await.unwrap();
     let (raw, body) = read_raw(&mut s).await.expect("a refusal frame");
@@ -379,12 +532,30 @@ async fn handshake_refusals_are_plain_frames_then_close() {
     let id = hello(|h, _| h.request_id = 9);
     expect_handshake_refusal(addr, &id, Status::BadRequest, "carries request id 9").await;
     let options = hello(|_, p| p[1] = OPTION_PAYLOAD_MAC | 0x40);
-    expect_handshake_refusal(addr, &options, Status::BadRequest, "unknown handshake options 0x41").await;
+    expect_handshake_refusal(
+        addr,
+        &options,
+        Status::BadRequest,
+        "unknown handshake options 0x41",
+    )
+    .await;
     let newer = hello(|_, p| p[0] = PROTOCOL_VERSION + 1);
-    expect_handshake_refusal(addr, &newer, Status::UnsupportedVersion, "upgrade servers first").await;
+    expect_handshake_refusal(
+        addr,
+        &newer,
+        Status::UnsupportedVersion,
+        "upgrade servers first",
+    )
+    .await;
     let mut oversized = hello(|_, _| {});
     oversized[20..24].copy_from_slice(&2000u32.to_le_bytes());
-    expect_handshake_refusal(addr, &oversized, Status::TooLarge, "frame payload of 2000 bytes exceeds the limit of 1024").await;
+    expect_handshake_refusal(
+        addr,
+        &oversized,
+        Status::TooLarge,
+        "frame payload of 2000 bytes exceeds the limit of 1024",
+    )
+    .await;
     let mut unknown = hello(|_, _| {});
     unknown[5] = 0x7f;
     expect_handshake_refusal(addr, &unknown, Status::BadRequest, "unknown opcode 0x7f").await;
@@ -400,7 +571,13 @@ async fn handshake_refusals_are_plain_frames_then_close() {
     let ping = encode_plain(Header::request(Opcode::Ping, 0), b"");
     expect_handshake_refusal(addr, &ping, Status::BadRequest, "waiting for Hello").await;
     let short = encode_plain(Header::request(Opcode::Hello, 0), &[1, 0, 0, 0]);
-    expect_handshake_refusal(addr, &short, Status::BadRequest, "Hello payload is 4 bytes, expected 36").await;
+    expect_handshake_refusal(
+        addr,
+        &short,
+        Status::BadRequest,
+        "Hello payload is 4 bytes, expected 36",
+    )
+    .await;
     server.shutdown().await.unwrap();
 }
 

@@ -96,8 +96,8 @@ pub async fn serve(
             writer.abort();
         }
         let mut rest = (&mut conn.read).take(LINGER_BYTES);
-        let _ = tokio::time::timeout(LINGER, tokio::io::copy(&mut rest, &mut tokio::io::sink()))
-            .await;
+        let _ =
+            tokio::time::timeout(LINGER, tokio::io::copy(&mut rest, &mut tokio::io::sink())).await;
         return;
     }
     drop(conn);

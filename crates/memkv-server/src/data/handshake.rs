@@ -71,7 +71,11 @@ pub async fn accept(shared: &Shared, stream: &mut TcpStream) -> Result<Session, 
 
 /// Every refusal is a frame, even for a header that does not decode; then the connection
 /// closes.
-async fn refuse(stream: &mut TcpStream, request: &[u8; HEADER_LEN], e: ProtoError) -> HandshakeError {
+async fn refuse(
+    stream: &mut TcpStream,
+    request: &[u8; HEADER_LEN],
+    e: ProtoError,
+) -> HandshakeError {
     let _ = stream.write_all(&encode_refusal_of(request, &e)).await;
     let _ = stream.shutdown().await;
     // Read what the peer already sent (briefly, and not much: it is not authenticated), so

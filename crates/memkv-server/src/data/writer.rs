@@ -51,7 +51,10 @@ impl Outgoing {
     /// The fatal refusal of the frame whose header arrived as `raw` (it may not decode).
     pub fn refusal(raw: &[u8; HEADER_LEN], status: Status, message: &str) -> Outgoing {
         let request_id = u64::from_le_bytes(raw[8..16].try_into().expect("8 bytes"));
-        let placeholder = Header::request(Opcode::from_code(raw[5]).unwrap_or(Opcode::Ping), request_id);
+        let placeholder = Header::request(
+            Opcode::from_code(raw[5]).unwrap_or(Opcode::Ping),
+            request_id,
+        );
         Outgoing {
             refuses: Some(*raw),
             ..Outgoing::error(&placeholder, status, message)
