@@ -296,7 +296,8 @@ fn handshake_frames_out_of_order_are_refused() {
 /// direction; anything else is refused with `BadRequest` naming what is wrong.
 #[test]
 fn handshake_frames_with_a_request_id_or_stray_fields_are_refused() {
-    let fields: [(&str, fn(&mut Vec<u8>)); 4] = [
+    type Tamper = fn(&mut Vec<u8>);
+    let fields: [(&str, Tamper); 4] = [
         ("request id", |f| f[8] = 1),
         ("flags", |f| f[6] ^= 2),
         ("seq or MAC", |f| f[32] = 1),

@@ -63,6 +63,21 @@ fn vectors() -> Vec<(&'static str, String)> {
             got: 5,
         },
     );
+    // It opens on the client as the server's frame 1: a response to Ping 2, Unauthorized.
+    let opened = client_session
+        .opener
+        .verify(
+            refusal[..HEADER_LEN].try_into().unwrap(),
+            &[],
+            &refusal[HEADER_LEN..],
+            true,
+        )
+        .expect("the refusal vector is a sealed frame");
+    assert_eq!(
+        (opened.seq, opened.opcode, opened.request_id, opened.status),
+        (1, Opcode::Ping, 2, memkv_proto::Status::Unauthorized)
+    );
+    assert!(opened.is_response());
 
     // Connect: a client on InfiniBand (LID 0x0012) that can do RC and DC, and a server's
     // answer on RoCE (no LID) that chose DC: its DC target number in the queue pair field.
