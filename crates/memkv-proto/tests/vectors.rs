@@ -25,7 +25,7 @@ fn vectors() -> Vec<(&'static str, String)> {
     let key = AuthKey::from_bytes(key_bytes());
     let (mut client, hello) =
         ClientHandshake::start(key.clone(), [0x11; 32], false, Limits::DEFAULT);
-    let mut server = ServerHandshake::new(key, [0x22; 32], false, Limits::DEFAULT);
+    let mut server = ServerHandshake::new(key.clone(), [0x22; 32], false, Limits::DEFAULT);
     let Step::Send(challenge) = server.on_frame(&frame(&hello)).unwrap() else {
         panic!()
     };
@@ -51,6 +51,22 @@ fn vectors() -> Vec<(&'static str, String)> {
         b"block-0001",
         b"hello, memkv",
     );
+
+    // The transcript carries the negotiated options: a client that asks for none, a server
+    // that requires payload MACs. Challenge says options 1, and Proof is computed with 1.
+    let (mut mac_client, mac_hello) =
+        ClientHandshake::start(key.clone(), [0x11; 32], false, Limits::DEFAULT);
+    let mut mac_server = ServerHandshake::new(key.clone(), [0x22; 32], true, Limits::DEFAULT);
+    let Step::Send(mac_challenge) = mac_server.on_frame(&frame(&mac_hello)).unwrap() else {
+        panic!()
+    };
+    let Step::Send(mac_proof) = mac_client.on_frame(&frame(&mac_challenge)).unwrap() else {
+        panic!()
+    };
+    assert!(matches!(
+        mac_server.on_frame(&frame(&mac_proof)).unwrap(),
+        Step::Established { session, .. } if session.payload_mac()
+    ));
 
     // The server's fatal refusal of a client frame (a Ping, request id 2) whose seq was 5 where
     // 0 was expected: the server's frame 1, after Ready.
@@ -157,6 +173,8 @@ fn vectors() -> Vec<(&'static str, String)> {
             ),
         ),
         ("placement-owners", owners.join("\n")),
+        ("handshake-challenge-required-mac", hex(&mac_challenge)),
+        ("handshake-proof-required-mac", hex(&mac_proof)),
         ("sealed-refusal", hex(&refusal)),
         ("connect-request", hex(&connect_request.encode())),
         ("connect-response-dc", hex(&connect_response.encode())),
