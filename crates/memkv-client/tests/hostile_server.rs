@@ -225,3 +225,49 @@ async fn a_value_too_large_for_a_batch_answer_is_fetched_on_its_own() {
     assert_eq!(got[2].as_ref().unwrap(), &None);
     drop(server.await.unwrap());
 }
+
+/// A fatal refusal (docs/protocol.md, "Refusals") reaches the caller of the refused request as
+/// the server's status and message; the close that follows fails the other outstanding
+/// request, and the next call opens a fresh connection.
+#[tokio::test]
+async fn a_fatal_refusal_fails_its_request_with_the_servers_message_then_the_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, mut session) = accept_session(&listener).await;
+        let (first, _) = read_request(&mut s, &mut session).await;
+        read_request(&mut s, &mut session).await;
+        let refused = ProtoError::BadSequence {
+            expected: 1,
+            got: 1,
+        };
+        let refusal = session.sealer.refusal(&first.to_bytes(), &refused);
+        s.write_all(&refusal).await.unwrap();
+        drop(s);
+        // A second connection answers normally.
+        let (mut s, mut session) = accept_session(&listener).await;
+        let (h, _) = read_request(&mut s, &mut session).await;
+        let frame = session
+            .sealer
+            .frame(Header::response(&h, Status::Ok), &[], b"fresh");
+        s.write_all(&frame).await.unwrap();
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink).await;
+    });
+    let c = client_for(addr).await;
+    let (first, second) = tokio::join!(c.get(b"k"), async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        c.exists(b"other").await
+    });
+    match first.unwrap_err() {
+        Error::Unauthorized { message, .. } => {
+            assert!(message.contains("frame sequence 1"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        matches!(second.unwrap_err(), Error::Disconnected { .. }),
+        "the close fails the other request"
+    );
+    assert_eq!(c.get(b"k").await.unwrap().unwrap(), b"fresh");
+}

@@ -39,9 +39,8 @@ pub const GET_ITEM_HEADER_LEN: usize = 14;
 fn count(c: &mut Cursor<'_>, limits: &Limits, min_item: usize) -> Result<usize, ProtoError> {
     let n = c.u32()? as usize;
     if n > limits.max_batch_items {
-        return Err(ProtoError::TooLarge {
-            what: "batch item count",
-            len: n as u64,
+        return Err(ProtoError::TooManyItems {
+            count: n as u64,
             limit: limits.max_batch_items as u64,
         });
     }

@@ -40,6 +40,14 @@ pub enum ProtoError {
         /// The limit it exceeds.
         limit: u64,
     },
+    /// A batch with more items than the limit allows.
+    #[error("batch of {count} items exceeds the limit of {limit} items")]
+    TooManyItems {
+        /// Items the batch claims.
+        count: u64,
+        /// The most items a batch may hold.
+        limit: u64,
+    },
     /// The input ended early.
     #[error("truncated {what}: need {need} bytes, have {have}")]
     Truncated {
@@ -56,7 +64,8 @@ pub enum ProtoError {
     /// The frame's MAC does not verify: altered, forged or keyed differently.
     #[error("frame authentication failed (MAC mismatch)")]
     BadMac,
-    /// A frame arrived out of sequence: replayed, reordered or dropped.
+    /// A frame arrived out of sequence: replayed, reordered or dropped. Answered with
+    /// [`Status::Unauthorized`]: a sequence error is indistinguishable from a replay.
     #[error(
         "frame sequence {got} where {expected} was expected (replayed, reordered or lost frame)"
     )]
@@ -102,7 +111,7 @@ impl ProtoError {
     pub fn status(&self) -> Status {
         match self {
             ProtoError::UnsupportedVersion { .. } => Status::UnsupportedVersion,
-            ProtoError::TooLarge { .. } => Status::TooLarge,
+            ProtoError::TooLarge { .. } | ProtoError::TooManyItems { .. } => Status::TooLarge,
             ProtoError::ChecksumMismatch { .. } => Status::ChecksumMismatch,
             ProtoError::BadMac | ProtoError::BadSequence { .. } | ProtoError::Unauthorized(_) => {
                 Status::Unauthorized

@@ -88,6 +88,25 @@ pub fn error_message(text: &str) -> &[u8] {
     &text.as_bytes()[..end]
 }
 
+/// An unauthenticated refusal of the frame whose raw header is `request`, sent before a session
+/// exists: it echoes the request's opcode byte and request id as they arrived (even when the
+/// header does not decode), sets `RESPONSE`, and carries the refused frame's version if this
+/// build speaks it, else this build's newest. The connection is closed after it.
+pub fn encode_refusal_of(request: &[u8; HEADER_LEN], err: &ProtoError) -> Vec<u8> {
+    let request_id = u64::from_le_bytes(request[8..16].try_into().expect("8 bytes"));
+    let mut header = Header::response(
+        &Header::request(crate::Opcode::Ping, request_id),
+        err.status(),
+    );
+    header.version = match request[4] {
+        v @ 1..=crate::PROTOCOL_VERSION => v,
+        _ => crate::PROTOCOL_VERSION,
+    };
+    let mut out = encode_plain(header, error_message(&err.to_string()));
+    out[5] = request[5];
+    out
+}
+
 /// An unauthenticated refusal of `request`, sent before a session exists (for example a
 /// newer version or a failed proof); the connection is closed after it.
 pub fn encode_refusal(request: &Header, err: &ProtoError) -> Vec<u8> {

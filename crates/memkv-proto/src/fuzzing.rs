@@ -3,7 +3,7 @@
 
 use crate::batch;
 use crate::messages::{AllocateResponse, LookupResponse, StatsResponse};
-use crate::{Frame, HEADER_LEN, Header, Limits};
+use crate::{AuthKey, Frame, HEADER_LEN, Header, Limits, ProtoError, ServerHandshake};
 
 /// Feeds `data` to every decoder that reads bytes from a peer. Must never panic.
 pub fn decode_everything(data: &[u8]) {
@@ -13,10 +13,16 @@ pub fn decode_everything(data: &[u8]) {
     }
     if let Ok((frame, _)) = Frame::decode(data, &Limits::HANDSHAKE) {
         let _ = frame.refusal();
+        // What a server does with a handshake frame it has read.
+        let mut server = ServerHandshake::new(AuthKey::from_bytes([7; 32]), [9; 32], false, limits);
+        let _ = server.on_frame(&frame);
     }
     decode_payloads(data, &limits);
     if let Some(raw) = data.get(..HEADER_LEN) {
-        let _ = Header::decode(raw.try_into().expect("HEADER_LEN bytes"), &limits);
+        let raw: &[u8; HEADER_LEN] = raw.try_into().expect("HEADER_LEN bytes");
+        let _ = Header::decode(raw, &limits);
+        // A refusal answers any header, decodable or not.
+        let _ = crate::frame::encode_refusal_of(raw, &ProtoError::BadMac);
     }
 }
 

@@ -15,7 +15,7 @@
 use crate::auth::{AuthKey, NONCE_LEN, Transcript, macs_equal};
 use crate::frame::encode_plain;
 use crate::header::PROTOCOL_VERSION;
-use crate::{Frame, Header, Limits, Opcode, ProtoError, Session};
+use crate::{Flags, Frame, Header, Limits, Opcode, ProtoError, Session};
 
 /// Option bit: MAC every payload, for untrusted networks.
 pub const OPTION_PAYLOAD_MAC: u8 = 1;
@@ -85,9 +85,14 @@ impl ClientHandshake {
             return Err(refused);
         }
         match (&self.state, frame.header.opcode) {
-            (ClientState::AwaitChallenge, Opcode::Challenge) => self.on_challenge(frame),
+            (ClientState::AwaitChallenge, Opcode::Challenge) => {
+                check_plain(frame, Flags::RESPONSE)?;
+                self.on_challenge(frame)
+            }
             (ClientState::AwaitReady(t), Opcode::Ready) => {
                 let t = *t;
+                // Ready is sealed: its flags, seq and MAC are checked by the opener.
+                check_request_id(frame)?;
                 self.on_ready(frame, t)
             }
             (state, got) => Err(ProtoError::UnexpectedFrame {
@@ -199,6 +204,7 @@ impl ServerHandshake {
     /// Feeds one frame from the client. On error, send
     /// [`crate::frame::encode_refusal`] for that frame and close.
     pub fn on_frame(&mut self, frame: &Frame) -> Result<Step, ProtoError> {
+        check_plain(frame, Flags::default())?;
         match (&self.state, frame.header.opcode) {
             (ServerState::AwaitHello, Opcode::Hello) => self.on_hello(frame),
             (ServerState::AwaitProof(t), Opcode::Proof) => {
@@ -284,6 +290,37 @@ impl ServerHandshake {
             session,
         })
     }
+}
+
+/// Handshake frames carry request id 0.
+fn check_request_id(frame: &Frame) -> Result<(), ProtoError> {
+    if frame.header.request_id != 0 {
+        return Err(ProtoError::BadRequest(format!(
+            "handshake frame {:?} carries request id {}; handshake frames carry 0",
+            frame.header.opcode, frame.header.request_id
+        )));
+    }
+    Ok(())
+}
+
+/// Hello, Challenge and Proof are plain: request id, seq and MAC zero, and flags exactly
+/// `flags` (`RESPONSE` from the server, none from the client).
+fn check_plain(frame: &Frame, flags: Flags) -> Result<(), ProtoError> {
+    check_request_id(frame)?;
+    let h = &frame.header;
+    if h.flags != flags {
+        return Err(ProtoError::BadRequest(format!(
+            "handshake frame {:?} has flags {:#06x}; expected {:#06x}",
+            h.opcode, h.flags.0, flags.0
+        )));
+    }
+    if h.seq != 0 || h.mac != [0; 32] {
+        return Err(ProtoError::BadRequest(format!(
+            "handshake frame {:?} carries a seq or MAC; plain frames carry zeros",
+            h.opcode
+        )));
+    }
+    Ok(())
 }
 
 fn exact<'a>(payload: &'a [u8], len: usize, what: &'static str) -> Result<&'a [u8], ProtoError> {

@@ -151,6 +151,12 @@ impl Header {
             seq: le_u64(buf, 32),
             mac: buf[40..72].try_into().expect("32 bytes"),
         };
+        if !header.is_response() && header.status != Status::Ok {
+            return Err(ProtoError::BadRequest(format!(
+                "a {:?} request carries status {}; requests carry status 0",
+                header.opcode, status_code
+            )));
+        }
         header.check_limits(limits)?;
         Ok(header)
     }
@@ -282,6 +288,18 @@ mod tests {
             Header::decode(&h.to_bytes(), &Limits::DEFAULT),
             Err(ProtoError::BadRequest(_))
         ));
+    }
+
+    #[test]
+    fn refuses_a_request_with_a_status() {
+        let mut h = sample();
+        h.status = Status::NotFound;
+        let err = Header::decode(&h.to_bytes(), &Limits::DEFAULT).unwrap_err();
+        assert!(matches!(err, ProtoError::BadRequest(_)), "{err}");
+        // A response may carry any known status.
+        h.flags = Flags::RESPONSE;
+        h.key_len = 0;
+        assert_eq!(Header::decode(&h.to_bytes(), &Limits::DEFAULT), Ok(h));
     }
 
     const MAX_KEY: usize = crate::MAX_KEY_LEN;

@@ -26,12 +26,14 @@ impl Limits {
         max_frame_payload: 256 << 20,
     };
 
-    /// Limits for handshake frames, which are tiny and arrive before authentication.
+    /// Limits for handshake frames in both directions, which arrive before authentication:
+    /// no key, and a payload of at most 1024 bytes, the longest refusal message
+    /// ([`crate::frame::MAX_ERROR_MESSAGE`]); Hello, Challenge, Proof and Ready are far smaller.
     pub const HANDSHAKE: Limits = Limits {
         max_key_len: 0,
-        max_value_len: 256,
+        max_value_len: crate::frame::MAX_ERROR_MESSAGE as u64,
         max_batch_items: 0,
-        max_frame_payload: 256,
+        max_frame_payload: crate::frame::MAX_ERROR_MESSAGE as u64,
     };
 }
 

@@ -7,7 +7,7 @@
 
 use crate::auth::{HmacSha256, keyed, macs_equal};
 use crate::header::{HEADER_LEN, MAC_INPUT_LEN};
-use crate::{Flags, Header, Limits, ProtoError, checksum};
+use crate::{Flags, Header, Limits, Opcode, ProtoError, Status, checksum};
 use hmac::Mac;
 
 /// Seals outgoing frames: assigns sequence numbers, checksums and MACs.
@@ -135,6 +135,48 @@ impl Sealer {
         payload: &[&[u8]],
         sum: u64,
     ) -> [u8; HEADER_LEN] {
+        self.seal_inner(header, None, key, payload, sum)
+    }
+
+    /// Seals the refusal of a frame whose raw header is `request`: a response that echoes the
+    /// request's opcode byte and request id exactly as they arrived (even when the header
+    /// failed its checks, so an unknown opcode is echoed as it was), with `status`, no key,
+    /// and `message` (at most [`crate::frame::MAX_ERROR_MESSAGE`] bytes) as its payload. It
+    /// takes the next sequence number like any frame. The sender closes the connection after
+    /// it. Returns the header; `message` follows it on the wire.
+    pub fn seal_refusal(
+        &mut self,
+        request: &[u8; HEADER_LEN],
+        status: Status,
+        message: &[u8],
+    ) -> [u8; HEADER_LEN] {
+        let request_id = u64::from_le_bytes(request[8..16].try_into().expect("8 bytes"));
+        let mut header = Header {
+            flags: Flags::RESPONSE,
+            status,
+            ..Header::request(Opcode::Ping, request_id)
+        };
+        let sum = checksum::of(message);
+        self.seal_inner(&mut header, Some(request[5]), &[], &[message], sum)
+    }
+
+    /// [`Sealer::seal_refusal`] as one buffer: the header, then the message.
+    pub fn refusal(&mut self, request: &[u8; HEADER_LEN], err: &ProtoError) -> Vec<u8> {
+        let message = crate::frame::error_message(&err.to_string()).to_vec();
+        let head = self.seal_refusal(request, err.status(), &message);
+        let mut out = head.to_vec();
+        out.extend_from_slice(&message);
+        out
+    }
+
+    fn seal_inner(
+        &mut self,
+        header: &mut Header,
+        opcode_byte: Option<u8>,
+        key: &[u8],
+        payload: &[&[u8]],
+        sum: u64,
+    ) -> [u8; HEADER_LEN] {
         let payload_len: usize = payload.iter().map(|p| p.len()).sum();
         header.version = self.version;
         header.key_len = u16::try_from(key.len()).expect("key length checked by caller");
@@ -146,6 +188,9 @@ impl Sealer {
         }
         header.mac = [0; 32];
         let mut bytes = header.to_bytes();
+        if let Some(op) = opcode_byte {
+            bytes[5] = op;
+        }
         let covered = self.payload_mac.then_some(payload);
         header.mac = frame_mac(&self.mac, &bytes[..MAC_INPUT_LEN], key, covered);
         bytes[MAC_INPUT_LEN..].copy_from_slice(&header.mac);
@@ -179,9 +224,15 @@ impl Opener {
                 got: header.seq,
             });
         }
-        if self.payload_mac && !header.flags.contains(Flags::PAYLOAD_MAC) {
+        let flagged = header.flags.contains(Flags::PAYLOAD_MAC);
+        if self.payload_mac && !flagged {
             return Err(ProtoError::BadRequest(
                 "session requires payload MACs but the frame has none".into(),
+            ));
+        }
+        if flagged && !self.payload_mac {
+            return Err(ProtoError::BadRequest(
+                "the frame sets PAYLOAD_MAC in a session without payload MACs".into(),
             ));
         }
         Ok(header)

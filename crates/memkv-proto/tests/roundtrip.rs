@@ -38,7 +38,8 @@ fn header() -> impl Strategy<Value = Header> {
                         Flags::default()
                     },
                     request_id,
-                    status,
+                    // Requests carry status 0.
+                    status: if response { status } else { Status::Ok },
                     key_len: if response { 0 } else { key_len },
                     payload_len,
                     checksum,

@@ -11,12 +11,10 @@ use tokio::net::TcpStream;
 
 use crate::{Error, Result};
 
-/// Handshake frames are tiny, but a refusal may carry an error message of up to 1 KiB.
-const HANDSHAKE_READ_LIMITS: Limits = Limits {
-    max_frame_payload: MAX_ERROR_MESSAGE as u64,
-    max_value_len: MAX_ERROR_MESSAGE as u64,
-    ..Limits::HANDSHAKE
-};
+/// Handshake frames are tiny, but a refusal may carry an error message of up to 1 KiB:
+/// the protocol's handshake limit is that message's.
+const HANDSHAKE_READ_LIMITS: Limits = Limits::HANDSHAKE;
+const _: () = assert!(HANDSHAKE_READ_LIMITS.max_frame_payload == MAX_ERROR_MESSAGE as u64);
 
 /// What the connect step needs to know.
 pub(crate) struct Dial<'a> {

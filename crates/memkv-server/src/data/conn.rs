@@ -13,23 +13,20 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::dispatch::{execute, store_status};
-use super::writer::{self, Body, Outgoing};
+use super::writer::{self, Body, Outgoing, Outstanding};
 use crate::config::StorageMode;
 use crate::metrics::{Transport, record_op};
 use crate::state::Shared;
 
+/// From accept to Ready sent (docs/protocol.md, Handshake).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Responses queued for the writer before the reader waits.
 const RESPONSE_QUEUE: usize = 256;
-/// Limits that only check the header's shape: used to recover the request id of a frame
-/// refused for its lengths or sequence, so the refusal can answer it by name. Nothing is
-/// allocated from a header decoded with these.
-const ANSWERABLE: memkv_proto::Limits = memkv_proto::Limits {
-    max_key_len: usize::MAX,
-    max_value_len: u64::MAX,
-    max_frame_payload: u64::MAX,
-    max_batch_items: usize::MAX,
-};
+/// After a fatal refusal: how long the writer gets to put it on the wire, and then how long
+/// (and how many bytes) the server reads and discards what the client had already sent, so
+/// closing does not reset the connection before the client has read the refusal.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: u64 = 64 << 20;
 /// The in-flight byte budget is counted in units of this many bytes.
 const BUDGET_UNIT: u64 = 1024;
 /// A put's value is read into the arena and hashed in pieces of this size (fits in L2).
@@ -67,8 +64,15 @@ pub async fn serve(
     };
     let (read, write) = stream.into_split();
     let (tx, rx) = mpsc::channel(RESPONSE_QUEUE);
-    let writer = tokio::spawn(writer::run(session.sealer, write, rx));
+    let outstanding = Arc::new(Outstanding::default());
+    let mut writer = tokio::spawn(writer::run(
+        session.sealer,
+        write,
+        rx,
+        Arc::clone(&outstanding),
+    ));
     let mut conn = Connection {
+        outstanding,
         budget_units: budget_units(&shared),
         budget: Arc::new(Semaphore::new(budget_units(&shared) as usize)),
         shared,
@@ -78,12 +82,23 @@ pub async fn serve(
         peer,
         queue_pairs: Vec::new(),
     };
-    match conn.read_loop(shutdown).await {
+    let ended = conn.read_loop(shutdown).await;
+    match &ended {
         Err(reason @ (Closed::Eof | Closed::Draining)) => {
             tracing::debug!(%peer, %reason, "closing connection")
         }
         Err(reason) => tracing::info!(%peer, %reason, "closing connection"),
         Ok(()) => {}
+    }
+    if matches!(ended, Err(Closed::Protocol(_))) {
+        // The writer stops after the refusal; then drain what the client already sent.
+        if tokio::time::timeout(LINGER, &mut writer).await.is_err() {
+            writer.abort();
+        }
+        let mut rest = (&mut conn.read).take(LINGER_BYTES);
+        let _ =
+            tokio::time::timeout(LINGER, tokio::io::copy(&mut rest, &mut tokio::io::sink())).await;
+        return;
     }
     drop(conn);
     let _ = writer.await;
@@ -96,6 +111,8 @@ fn budget_units(shared: &Shared) -> u64 {
 
 struct Connection {
     shared: Arc<Shared>,
+    /// Request ids read and not yet answered (the writer removes them).
+    outstanding: Arc<Outstanding>,
     read: OwnedReadHalf,
     opener: Opener,
     tx: mpsc::Sender<Outgoing>,
@@ -157,24 +174,29 @@ impl Connection {
                 r = read_exact_within(&mut self.read, &mut raw, idle) => r?,
             }
             let started = Instant::now();
+            // Every check on the header is fatal: refused with a frame, then closed.
             let header = match self.opener.header(&raw) {
-                Ok(h) if !h.is_response() => h,
-                Ok(h) => {
-                    return self
-                        .reject(
-                            &h,
-                            ProtoError::BadRequest("a client sent a response frame".into()),
-                        )
-                        .await;
-                }
-                Err(e) => {
-                    let h = Header::decode(&raw, &ANSWERABLE).ok();
-                    return match h {
-                        Some(h) => self.reject(&h, e).await,
-                        None => Err(Closed::Protocol(e)),
-                    };
-                }
+                Ok(h) => h,
+                Err(e) => return self.refuse(&raw, e).await,
             };
+            if header.is_response() {
+                let e = ProtoError::BadRequest("a client sent a response frame".into());
+                return self.refuse(&raw, e).await;
+            }
+            if header.opcode.is_handshake() {
+                let e = ProtoError::BadRequest(format!(
+                    "{:?} after the handshake: the session is already established",
+                    header.opcode
+                ));
+                return self.refuse(&raw, e).await;
+            }
+            if !self.outstanding.insert(header.request_id) {
+                let e = ProtoError::BadRequest(format!(
+                    "request id {} is already outstanding on this connection",
+                    header.request_id
+                ));
+                return self.refuse(&raw, e).await;
+            }
             let mut key = vec![0u8; usize::from(header.key_len)];
             read_exact_within(&mut self.read, &mut key, idle).await?;
             if header.opcode == Opcode::TcpPut
@@ -195,8 +217,17 @@ impl Connection {
             read_exact_within(&mut self.read, &mut payload, idle).await?;
             // Puts are checked against their checksum by the store as it commits them.
             let store_checks = matches!(header.opcode, Opcode::TcpPut);
-            if let Err(e) = self.opener.verify(&raw, &key, &payload, !store_checks) {
-                return self.reject(&header, e).await;
+            match self.opener.verify(&raw, &key, &payload, !store_checks) {
+                Ok(_) => {}
+                // The MAC and sequence verified: only the payload is damaged, and the stream
+                // is still in step. That request fails; the connection stays.
+                Err(e @ ProtoError::ChecksumMismatch { .. }) => {
+                    let out = Outgoing::error(&header, e.status(), &e.to_string());
+                    record(&out, &header, started);
+                    self.send(out).await?;
+                    continue;
+                }
+                Err(e) => return self.refuse(&raw, e).await,
             }
             if header.opcode == Opcode::Connect {
                 let out = super::connect::connect_rdma(
@@ -261,7 +292,7 @@ impl Connection {
         if let Err(e) = self.opener.verify(raw, key, slice, false) {
             drop(reservation);
             abort(&self.shared);
-            return self.reject(header, e).await.map(|_| None);
+            return self.refuse(raw, e).await.map(|_| None);
         }
         let out = match self.shared.store.commit(reservation, header.checksum) {
             Ok(()) => Outgoing::new(header, Status::Ok, Body::Empty),
@@ -308,14 +339,15 @@ impl Connection {
         self.tx.send(out).await.map_err(|_| Closed::WriterGone)
     }
 
-    /// Answers a frame that broke the protocol with its named error, then closes.
-    async fn reject(&self, header: &Header, e: ProtoError) -> Result<(), Closed> {
+    /// Answers a frame that broke the protocol (its header arrived as `raw`) with its named
+    /// error, as the connection's last frame, then closes.
+    async fn refuse(&self, raw: &[u8; HEADER_LEN], e: ProtoError) -> Result<(), Closed> {
         if e.status() == Status::Unauthorized {
             self.shared.auth_failed();
         }
-        tracing::info!(peer = %self.peer, op = header.opcode.name(), error = %e, "refusing frame");
+        tracing::info!(peer = %self.peer, opcode = raw[5], error = %e, "refusing frame");
         let _ = self
-            .send(Outgoing::error(header, e.status(), &e.to_string()))
+            .send(Outgoing::refusal(raw, e.status(), &e.to_string()))
             .await;
         Err(Closed::Protocol(e))
     }

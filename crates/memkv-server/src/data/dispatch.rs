@@ -13,6 +13,9 @@ use std::time::Duration;
 use super::writer::{Body, Outgoing};
 use crate::state::Shared;
 
+/// Keys are 1 to 1024 bytes; an empty one is refused (its item, in a batch).
+const EMPTY_KEY: &str = "key must not be empty";
+
 /// The wire status and message for a store error.
 pub fn store_status(e: &StoreError) -> Status {
     match e {
@@ -81,6 +84,9 @@ pub fn put_verified(
 /// puts, whose checksum the store verifies).
 pub fn execute(shared: &Shared, h: &Header, key: &[u8], payload: Vec<u8>) -> Outgoing {
     let store = &shared.store;
+    if h.opcode.takes_key() && key.is_empty() {
+        return Outgoing::error(h, Status::BadRequest, EMPTY_KEY);
+    }
     match h.opcode {
         Opcode::Ping => ok(h, Body::Owned(payload)),
         Opcode::Stats => {
@@ -244,7 +250,12 @@ fn batch_get(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
     let items = keys
         .iter()
         .map(|k| {
-            let (status, value) = match shared.store.get(k) {
+            let found = if k.is_empty() {
+                Err(StoreError::BadRequest(EMPTY_KEY.into()))
+            } else {
+                shared.store.get(k)
+            };
+            let (status, value) = match found {
                 Ok(Some(v)) if (GET_ITEM_HEADER_LEN + v.len()) as u64 <= budget => {
                     (Status::Ok, Some(v))
                 }
@@ -275,7 +286,9 @@ fn batch_keys(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
     let statuses: Vec<Status> = keys
         .iter()
         .map(|k| {
-            let found = if h.opcode == Opcode::BatchExists {
+            let found = if k.is_empty() {
+                Err(StoreError::BadRequest(EMPTY_KEY.into()))
+            } else if h.opcode == Opcode::BatchExists {
                 Ok(shared.store.exists(k))
             } else {
                 shared.store.delete(k)

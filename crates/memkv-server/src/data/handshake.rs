@@ -1,13 +1,19 @@
 //! Drives the server side of the handshake over a fresh connection.
 
-use memkv_proto::frame::encode_refusal;
+use memkv_proto::frame::encode_refusal_of;
 use memkv_proto::{
     Frame, HEADER_LEN, Header, Limits, NONCE_LEN, ProtoError, ServerHandshake, Session, Step,
 };
+use std::time::Duration;
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::state::Shared;
+
+/// After a refusal: how long and how much the server reads and discards before closing.
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_BYTES: u64 = 1 << 20;
 
 /// Why a handshake ended without a session.
 #[derive(Debug, thiserror::Error)]
@@ -20,22 +26,16 @@ pub enum HandshakeError {
     Random(String),
 }
 
+/// Reads one handshake frame; a frame that fails a check comes back as its raw header and
+/// the error, for the refusal to answer.
 async fn read_frame(
     stream: &mut TcpStream,
-) -> Result<Result<Frame, (Option<Header>, ProtoError)>, std::io::Error> {
+) -> Result<Result<Frame, ([u8; HEADER_LEN], ProtoError)>, std::io::Error> {
     let mut raw = [0u8; HEADER_LEN];
     stream.read_exact(&mut raw).await?;
     let header = match Header::decode(&raw, &Limits::HANDSHAKE) {
         Ok(h) => h,
-        Err(e) => {
-            // Enough of the header to answer it, if the peer is a memkv peer at all.
-            let partial = Header::decode(&raw, &Limits::DEFAULT).ok();
-            let guess = partial.or_else(|| {
-                (raw[..4] == memkv_proto::MAGIC)
-                    .then(|| Header::request(memkv_proto::Opcode::Hello, 0))
-            });
-            return Ok(Err((guess, e)));
-        }
+        Err(e) => return Ok(Err((raw, e))),
     };
     let mut body = vec![0u8; header.body_len() as usize];
     stream.read_exact(&mut body).await?;
@@ -43,7 +43,7 @@ async fn read_frame(
     whole.extend_from_slice(&body);
     Ok(Frame::decode(&whole, &Limits::HANDSHAKE)
         .map(|(f, _)| f)
-        .map_err(|e| (Some(header), e)))
+        .map_err(|e| (raw, e)))
 }
 
 /// Runs the handshake; on refusal sends the named error to the peer before returning it.
@@ -54,7 +54,7 @@ pub async fn accept(shared: &Shared, stream: &mut TcpStream) -> Result<Session, 
     loop {
         let frame = match read_frame(stream).await? {
             Ok(f) => f,
-            Err((header, e)) => return Err(refuse(stream, header.as_ref(), e).await),
+            Err((raw, e)) => return Err(refuse(stream, &raw, e).await),
         };
         match machine.on_frame(&frame) {
             Ok(Step::Send(bytes)) => stream.write_all(&bytes).await?,
@@ -64,15 +64,23 @@ pub async fn accept(shared: &Shared, stream: &mut TcpStream) -> Result<Session, 
                 }
                 return Ok(session);
             }
-            Err(e) => return Err(refuse(stream, Some(&frame.header), e).await),
+            Err(e) => return Err(refuse(stream, &frame.raw_header, e).await),
         }
     }
 }
 
-async fn refuse(stream: &mut TcpStream, request: Option<&Header>, e: ProtoError) -> HandshakeError {
-    if let Some(h) = request {
-        let _ = stream.write_all(&encode_refusal(h, &e)).await;
-    }
+/// Every refusal is a frame, even for a header that does not decode; then the connection
+/// closes.
+async fn refuse(
+    stream: &mut TcpStream,
+    request: &[u8; HEADER_LEN],
+    e: ProtoError,
+) -> HandshakeError {
+    let _ = stream.write_all(&encode_refusal_of(request, &e)).await;
     let _ = stream.shutdown().await;
+    // Read what the peer already sent (briefly, and not much: it is not authenticated), so
+    // closing does not reset the connection before the peer has read the refusal.
+    let mut rest = (&mut *stream).take(LINGER_BYTES);
+    let _ = tokio::time::timeout(LINGER, tokio::io::copy(&mut rest, &mut tokio::io::sink())).await;
     HandshakeError::Refused(e)
 }

@@ -1,9 +1,11 @@
 //! The connection's writer task: seals responses in order of completion and writes them with
 //! vectored I/O, so values go from storage to the socket without being copied into a frame.
 
+use std::collections::HashSet;
 use std::io::IoSlice;
+use std::sync::{Arc, Mutex};
 
-use memkv_proto::{Header, Sealer, Status, frame::error_message};
+use memkv_proto::{HEADER_LEN, Header, Opcode, Sealer, Status, frame::error_message};
 use memkv_store::ValueRef;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
@@ -31,6 +33,9 @@ pub struct Outgoing {
     pub body: Body,
     /// Held until the response is on the wire: the connection's in-flight byte budget.
     pub _permit: Option<OwnedSemaphorePermit>,
+    /// A fatal refusal: the raw header of the frame it refuses (whose opcode byte and request
+    /// id it echoes). The writer writes it as the connection's last frame and closes.
+    pub refuses: Option<[u8; HEADER_LEN]>,
 }
 
 impl Outgoing {
@@ -39,6 +44,20 @@ impl Outgoing {
             header: Header::response(request, status),
             body,
             _permit: None,
+            refuses: None,
+        }
+    }
+
+    /// The fatal refusal of the frame whose header arrived as `raw` (it may not decode).
+    pub fn refusal(raw: &[u8; HEADER_LEN], status: Status, message: &str) -> Outgoing {
+        let request_id = u64::from_le_bytes(raw[8..16].try_into().expect("8 bytes"));
+        let placeholder = Header::request(
+            Opcode::from_code(raw[5]).unwrap_or(Opcode::Ping),
+            request_id,
+        );
+        Outgoing {
+            refuses: Some(*raw),
+            ..Outgoing::error(&placeholder, status, message)
         }
     }
 
@@ -78,26 +97,57 @@ fn body_parts(body: &Body) -> Vec<&[u8]> {
 const COALESCE_BYTES: u64 = 256 << 10;
 const COALESCE_FRAMES: usize = 64;
 
-/// Writes responses until every sender is gone or the socket fails.
-pub async fn run(mut sealer: Sealer, mut socket: OwnedWriteHalf, mut rx: mpsc::Receiver<Outgoing>) {
+/// The request ids a connection has read and not yet answered. The reader refuses a request
+/// whose id is in the set; the writer takes an id out as it seals the answer, before the
+/// answer can reach the client, so a client that reuses an id once answered is never refused.
+#[derive(Default)]
+pub struct Outstanding(Mutex<HashSet<u64>>);
+
+impl Outstanding {
+    /// Adds `id`; false when it is already outstanding.
+    pub fn insert(&self, id: u64) -> bool {
+        self.lock().insert(id)
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        // Single inserts and removes leave the set consistent even after a panic.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Writes responses until every sender is gone, the socket fails, or a fatal refusal has been
+/// written (nothing is written after it).
+pub async fn run(
+    mut sealer: Sealer,
+    mut socket: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Outgoing>,
+    outstanding: Arc<Outstanding>,
+) {
     let mut batch: Vec<Outgoing> = Vec::with_capacity(COALESCE_FRAMES);
     while let Some(first) = rx.recv().await {
         let mut bytes = first.payload_len();
+        let mut last = first.refuses.is_some();
         batch.push(first);
-        while bytes < COALESCE_BYTES && batch.len() < COALESCE_FRAMES {
+        while !last && bytes < COALESCE_BYTES && batch.len() < COALESCE_FRAMES {
             match rx.try_recv() {
                 Ok(next) => {
                     bytes += next.payload_len();
+                    last = next.refuses.is_some();
                     batch.push(next);
                 }
                 Err(_) => break,
             }
         }
-        if write_batch(&mut sealer, &mut socket, &mut batch)
+        if write_batch(&mut sealer, &mut socket, &mut batch, &outstanding)
             .await
             .is_err()
+            || last
         {
-            return;
+            break;
         }
         batch.clear();
     }
@@ -108,17 +158,24 @@ async fn write_batch(
     sealer: &mut Sealer,
     socket: &mut OwnedWriteHalf,
     batch: &mut [Outgoing],
+    outstanding: &Outstanding,
 ) -> std::io::Result<()> {
     let mut heads = Vec::with_capacity(batch.len());
     for out in batch.iter_mut() {
         let parts = body_parts(&out.body);
-        let head = match &out.body {
-            Body::Value(v) => {
+        let head = match (&out.refuses, &out.body) {
+            (Some(raw), Body::Owned(message)) => {
+                sealer.seal_refusal(raw, out.header.status, message)
+            }
+            (_, Body::Value(v)) => {
                 let sum = v.checksum();
                 sealer.seal_with_checksum(&mut out.header, &[], &parts, sum)
             }
             _ => sealer.seal(&mut out.header, &[], &parts),
         };
+        if out.refuses.is_none() {
+            outstanding.remove(out.header.request_id);
+        }
         heads.push(head);
     }
     let mut slices: Vec<IoSlice<'_>> = Vec::new();

@@ -30,8 +30,17 @@ pub async fn read_frame(
 }
 
 pub async fn connect(addr: SocketAddr, key: AuthKey) -> Result<Raw, ProtoError> {
+    connect_with(addr, key, false).await
+}
+
+/// [`connect`], asking for payload MACs when `payload_mac`.
+pub async fn connect_with(
+    addr: SocketAddr,
+    key: AuthKey,
+    payload_mac: bool,
+) -> Result<Raw, ProtoError> {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let (mut hs, hello) = ClientHandshake::start(key, [3; 32], false, Limits::DEFAULT);
+    let (mut hs, hello) = ClientHandshake::start(key, [3; 32], payload_mac, Limits::DEFAULT);
     stream.write_all(&hello).await.unwrap();
     loop {
         let (_, raw, body) = read_frame(&mut stream, &Limits::DEFAULT).await.unwrap();
