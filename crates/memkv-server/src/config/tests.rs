@@ -312,11 +312,11 @@ fn every_error_names_key_and_line() {
             &["smaller than storage.block_size"],
         ),
         (
-            "storage:\n  drives:\n  - media: /dev/nvme0n1\n    size: 1 TiB\n",
+            "storage:\n  drives:\n  - media: /dev/nvme0n1\n    size: 1 KiB\n",
             InvalidValue,
             4,
             "storage.drives[0].size",
-            &["only used in file mode"],
+            &["smaller than storage.block_size"],
         ),
         (
             "storage:\n  eviction: fifo\n",
