@@ -11,11 +11,19 @@ fn resolve(file: Option<&str>, env: &[(&str, &str)]) -> Result<ClientConfig> {
         .collect();
     let lookup = move |name: &str| env.get(name).cloned();
     let path = Path::new("/etc/memkv/client.yaml");
-    ClientConfig::resolve(
-        file.map(|t| (path, t)),
-        &lookup,
-        Path::new("/nonexistent/memkv/auth_key"),
-    )
+    ClientConfig::resolve(file.map(|t| (path, t)), &lookup, &missing_key_file())
+}
+
+/// A key file path that exists on no machine (a fixed path such as /nonexistent can be created
+/// by any root process that takes it for a home directory).
+fn missing_key_file() -> std::path::PathBuf {
+    std::env::temp_dir()
+        .join(format!(
+            "memkv-client-no-key-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ))
+        .join("auth_key")
 }
 
 fn err(file: Option<&str>, env: &[(&str, &str)]) -> String {
@@ -132,7 +140,7 @@ fn unknown_keys_and_bad_values_name_the_key() {
 fn a_missing_key_names_every_place_to_put_one() {
     let e = err(None, &[]);
     assert!(
-        e.contains("MEMKV_AUTH_KEY") && e.contains("/nonexistent/memkv/auth_key"),
+        e.contains("MEMKV_AUTH_KEY") && e.contains("memkv-client-no-key-"),
         "{e}"
     );
 }
