@@ -1,12 +1,16 @@
 //! Sharded key -> block index shared by both modes.
 //!
 //! Each shard keeps its entries in a dense vector (so the CLOCK hand in [`crate::eviction`] can
-//! sweep it) plus a hash map from key to slot. Blocks are `Arc`s: replacing or removing an entry
-//! never frees bytes a reader still holds; they go when the last `Arc` drops.
+//! sweep it) plus a hash table of slot numbers. The key is stored once, in its slot: the table
+//! holds only a `u32` per entry and finds keys through the slots (hashbrown's `HashTable`), which
+//! halves the index's memory against a map that keeps its own copy of every key. Blocks are
+//! `Arc`s: replacing or removing an entry never frees bytes a reader still holds; they go when
+//! the last `Arc` drops.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use hashbrown::HashTable;
 
 use crate::eviction::clock_pick;
 
@@ -19,17 +23,50 @@ pub(crate) struct Slot<B> {
 }
 
 pub(crate) struct Shard<B> {
-    map: HashMap<Box<[u8]>, usize>,
+    /// Slot numbers, hashed by their slots' keys.
+    table: HashTable<u32>,
     pub slots: Vec<Slot<B>>,
     pub hand: usize,
 }
 
+/// The hash of a key within a shard (the shard itself is chosen by the same hash's low bits,
+/// so the table uses it rotated).
+fn key_hash(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key).rotate_right(32)
+}
+
 impl<B> Shard<B> {
+    fn find(&self, key: &[u8]) -> Option<usize> {
+        self.table
+            .find(key_hash(key), |&i| &*self.slots[i as usize].key == key)
+            .map(|&i| i as usize)
+    }
+
+    fn insert_new(&mut self, key: &[u8], block: Arc<B>) {
+        let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 entries per shard");
+        self.slots.push(Slot {
+            key: key.into(),
+            block,
+            referenced: AtomicBool::new(true),
+        });
+        let Shard { table, slots, .. } = self;
+        table.insert_unique(key_hash(key), i, |&j| key_hash(&slots[j as usize].key));
+    }
+
     fn remove_slot(&mut self, i: usize) -> Slot<B> {
+        let key_of = |slots: &[Slot<B>], at: usize| key_hash(&slots[at].key);
+        let removed_hash = key_of(&self.slots, i);
+        if let Ok(entry) = self.table.find_entry(removed_hash, |&j| j as usize == i) {
+            entry.remove();
+        }
         let slot = self.slots.swap_remove(i);
-        self.map.remove(&slot.key);
-        if let Some(moved) = self.slots.get(i) {
-            *self.map.get_mut(&moved.key).expect("moved slot is mapped") = i;
+        if i < self.slots.len() {
+            // The last slot moved into `i`: repoint its table entry.
+            let last = self.slots.len() as u32;
+            let moved_hash = key_of(&self.slots, i);
+            if let Some(entry) = self.table.find_mut(moved_hash, |&j| j == last) {
+                *entry = i as u32;
+            }
         }
         slot
     }
@@ -46,7 +83,7 @@ impl<B> Index<B> {
             shards: (0..SHARDS)
                 .map(|_| {
                     RwLock::new(Shard {
-                        map: HashMap::new(),
+                        table: HashTable::new(),
                         slots: Vec::new(),
                         hand: 0,
                     })
@@ -71,36 +108,30 @@ impl<B> Index<B> {
     /// Looks a key up and marks it recently used.
     pub fn get(&self, key: &[u8]) -> Option<Arc<B>> {
         let shard = self.read(self.shard_of(key));
-        let slot = &shard.slots[*shard.map.get(key)?];
+        let slot = &shard.slots[shard.find(key)?];
         slot.referenced.store(true, Ordering::Relaxed);
         Some(Arc::clone(&slot.block))
     }
 
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.read(self.shard_of(key)).map.contains_key(key)
+        self.read(self.shard_of(key)).find(key).is_some()
     }
 
     /// Points `key` at `block`, returning the block it replaced.
     pub fn insert(&self, key: &[u8], block: Arc<B>) -> Option<Arc<B>> {
         let mut shard = self.write(self.shard_of(key));
-        if let Some(&i) = shard.map.get(key) {
+        if let Some(i) = shard.find(key) {
             let slot = &mut shard.slots[i];
             slot.referenced.store(true, Ordering::Relaxed);
             return Some(std::mem::replace(&mut slot.block, block));
         }
-        let i = shard.slots.len();
-        shard.map.insert(key.into(), i);
-        shard.slots.push(Slot {
-            key: key.into(),
-            block,
-            referenced: AtomicBool::new(true),
-        });
+        shard.insert_new(key, block);
         None
     }
 
     pub fn remove(&self, key: &[u8]) -> Option<Arc<B>> {
         let mut shard = self.write(self.shard_of(key));
-        let i = *shard.map.get(key)?;
+        let i = shard.find(key)?;
         Some(shard.remove_slot(i).block)
     }
 
@@ -181,5 +212,27 @@ mod tests {
         assert_eq!(evicted.len(), 25);
         assert!(evicted.iter().all(|v| v % 2 == 0));
         assert_eq!(idx.len(), 25);
+    }
+
+    proptest::proptest! {
+        /// Any sequence of inserts and removes leaves the index agreeing with a plain map, the
+        /// table pointing every key at its own slot.
+        #[test]
+        fn agrees_with_a_map(ops in proptest::collection::vec((0u8..40, proptest::bool::ANY), 0..400)) {
+            let idx: Index<u32> = Index::new();
+            let mut model = std::collections::HashMap::new();
+            for (n, (k, insert)) in ops.into_iter().enumerate() {
+                let key = [k];
+                if insert {
+                    proptest::prop_assert_eq!(idx.insert(&key, Arc::new(n as u32)).map(|b| *b), model.insert(k, n as u32));
+                } else {
+                    proptest::prop_assert_eq!(idx.remove(&key).map(|b| *b), model.remove(&k));
+                }
+            }
+            proptest::prop_assert_eq!(idx.len(), model.len());
+            for k in 0u8..40 {
+                proptest::prop_assert_eq!(idx.get(&[k]).map(|b| *b), model.get(&k).copied());
+            }
+        }
     }
 }
