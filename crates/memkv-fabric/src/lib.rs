@@ -26,6 +26,7 @@ pub mod pkey;
 pub mod policy;
 pub mod render;
 pub mod report;
+mod route_socket;
 pub mod show;
 pub mod sysfs;
 pub mod types;

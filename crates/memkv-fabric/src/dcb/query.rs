@@ -2,7 +2,6 @@
 
 use super::select::{DcbDetection, select_lossless_class};
 use super::wire::{DcbReply, encode_ieee_get, parse_dcb_reply};
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
@@ -48,16 +47,7 @@ pub fn interpret_reply(netdev: &str, reply: DcbReply) -> DcbDetection {
 /// Sends one DCB_CMD_IEEE_GET for `ifname` and returns the parsed reply.
 pub fn query_ieee_dcb(ifname: &str) -> Result<DcbReply, String> {
     let request = encode_ieee_get(ifname, 1)?;
-    let io = |what: &str, e: std::io::Error| format!("netlink {what}: {e}");
-    let mut socket = Socket::new(NETLINK_ROUTE).map_err(|e| io("socket", e))?;
-    socket.bind_auto().map_err(|e| io("bind", e))?;
-    socket
-        .connect(&SocketAddr::new(0, 0))
-        .map_err(|e| io("connect", e))?;
-    socket.send(&request, 0).map_err(|e| io("send", e))?;
-    socket
-        .set_non_blocking(true)
-        .map_err(|e| io("set non-blocking", e))?;
+    let socket = crate::route_socket::send_route_request(&request)?;
     let deadline = Instant::now() + REPLY_DEADLINE;
     let mut buf = Vec::with_capacity(REPLY_CAPACITY);
     loop {
@@ -67,7 +57,7 @@ pub fn query_ieee_dcb(ifname: &str) -> Result<DcbReply, String> {
                 std::thread::sleep(Duration::from_millis(5));
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(io("recv", e)),
+            Err(e) => return Err(format!("netlink recv: {e}")),
         }
     }
     parse_dcb_reply(&buf).map_err(|e| e.to_string())

@@ -4,7 +4,6 @@
 use super::host::HostRoot;
 use super::neigh::{Neighbour, format_mac};
 use crate::dcb::wire::{align4, parse_nlas};
-use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::Ipv4Addr;
@@ -38,16 +37,7 @@ pub fn ipv4_neighbours(root: &HostRoot) -> Result<Vec<Neighbour>, String> {
     request.extend_from_slice(&0u32.to_ne_bytes());
     request.extend_from_slice(&[AF_INET, 0, 0, 0]);
     request.extend_from_slice(&[0u8; NDMSG_LEN - 4]);
-    let io = |what: &str, e: std::io::Error| format!("netlink {what}: {e}");
-    let mut socket = Socket::new(NETLINK_ROUTE).map_err(|e| io("socket", e))?;
-    socket.bind_auto().map_err(|e| io("bind", e))?;
-    socket
-        .connect(&SocketAddr::new(0, 0))
-        .map_err(|e| io("connect", e))?;
-    socket.send(&request, 0).map_err(|e| io("send", e))?;
-    socket
-        .set_non_blocking(true)
-        .map_err(|e| io("set non-blocking", e))?;
+    let socket = crate::route_socket::send_route_request(&request)?;
     let deadline = Instant::now() + DUMP_DEADLINE;
     let mut out = Vec::new();
     loop {
@@ -62,7 +52,7 @@ pub fn ipv4_neighbours(root: &HostRoot) -> Result<Vec<Neighbour>, String> {
                 std::thread::sleep(Duration::from_millis(2));
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(io("recv", e)),
+            Err(e) => return Err(format!("netlink recv: {e}")),
         }
         if out.len() > MAX_ENTRIES {
             return Err(format!(
