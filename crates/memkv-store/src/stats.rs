@@ -32,5 +32,9 @@ pub struct DeviceStats {
     pub raw: u64,
     pub usable: u64,
     pub used: u64,
+    /// False once the drive failed an I/O (or the whole store failed): its values read as
+    /// misses and new values go to the other drives until the store is reopened.
     pub online: bool,
+    /// Reads of values on this drive that failed with an I/O error (each served as a miss).
+    pub read_errors: u64,
 }

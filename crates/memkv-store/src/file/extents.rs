@@ -42,17 +42,27 @@ impl ExtentAllocator {
         })
     }
 
-    /// `count` extents striped over the drives, or `None` if fewer are free.
-    pub fn allocate(self: &Arc<Self>, count: usize) -> Option<ExtentSet> {
+    /// `count` extents striped over the drives `usable` accepts, or `None` if fewer are free.
+    pub fn allocate(
+        self: &Arc<Self>,
+        count: usize,
+        usable: impl Fn(usize) -> bool,
+    ) -> Option<ExtentSet> {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        if free.iter().map(Vec::len).sum::<usize>() < count {
+        let available: usize = (0..free.len())
+            .filter(|&d| usable(d))
+            .map(|d| free[d].len())
+            .sum();
+        if available < count {
             return None;
         }
         let drives = free.len();
         let mut d = self.next_drive.fetch_add(1, Ordering::Relaxed) % drives;
         let mut ids = Vec::with_capacity(count);
         while ids.len() < count {
-            if let Some(i) = free[d].pop() {
+            if usable(d)
+                && let Some(i) = free[d].pop()
+            {
                 ids.push(extent_id(d, i));
             }
             d = (d + 1) % drives;
@@ -109,13 +119,13 @@ mod tests {
     #[test]
     fn stripes_round_robin_and_frees() {
         let a = ExtentAllocator::new(vec![4, 4, 4], &HashSet::from([extent_id(1, 3)]));
-        let set = a.allocate(6).unwrap();
+        let set = a.allocate(6, |_| true).unwrap();
         let drives: Vec<usize> = set.ids.iter().map(|&id| split_extent(id).0).collect();
         assert_eq!(drives, vec![0, 1, 2, 0, 1, 2]);
         assert!(!set.ids.contains(&extent_id(1, 3)));
-        assert!(a.allocate(6).is_none());
-        let rest = a.allocate(5).unwrap();
-        assert!(a.allocate(1).is_none());
+        assert!(a.allocate(6, |_| true).is_none());
+        let rest = a.allocate(5, |_| true).unwrap();
+        assert!(a.allocate(1, |_| true).is_none());
         drop(set);
         drop(rest);
         // Extent 1/3 was in use at construction and never adopted, so it stays taken.

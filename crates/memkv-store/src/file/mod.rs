@@ -12,7 +12,7 @@ mod journal;
 mod open;
 mod superblock;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -73,6 +73,33 @@ pub(crate) struct FileBackend {
     group: GroupCommit,
     value_bytes: AtomicU64,
     failed: AtomicBool,
+    health: DriveHealth,
+}
+
+/// Which drives failed an I/O since the store opened, and how many reads each failed.
+pub(crate) struct DriveHealth {
+    offline: Box<[AtomicBool]>,
+    read_errors: Box<[AtomicU64]>,
+}
+
+impl DriveHealth {
+    pub fn new(drives: usize) -> Self {
+        DriveHealth {
+            offline: (0..drives).map(|_| AtomicBool::new(false)).collect(),
+            read_errors: (0..drives).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn online(&self, drive: usize) -> bool {
+        !self.offline[drive].load(Ordering::Acquire)
+    }
+
+    /// Takes `drive` out of service after an I/O error on it.
+    fn fail(&self, drive: usize, path: &Path, e: &std::io::Error) {
+        if !self.offline[drive].swap(true, Ordering::AcqRel) {
+            tracing::error!(drive = %path.display(), error = %e, "drive failed an I/O; it is offline until the store reopens: its values read as misses and new values go to the other drives");
+        }
+    }
 }
 
 impl FileBackend {
@@ -85,7 +112,9 @@ impl FileBackend {
     }
 
     pub fn try_allocate(&self, len: u64) -> Option<FileSpace> {
-        let extents = self.extents.allocate(self.extents_for(len))?;
+        let extents = self
+            .extents
+            .allocate(self.extents_for(len), |d| self.health.online(d))?;
         Some(FileSpace {
             extents,
             len,
@@ -97,6 +126,7 @@ impl FileBackend {
     fn layout(&self) -> Layout<'_> {
         Layout {
             drives: &self.drives,
+            health: &self.health,
             block_size: self.block_size,
             data_offset: self.data_offset,
         }
@@ -232,7 +262,23 @@ impl FileBackend {
         buf: &mut [u8],
         failures: &AtomicU64,
     ) -> Result<Option<u64>> {
-        let actual = self.read_extents(&block.extents.ids, block.len, buf)?;
+        let drives_of = || block.extents.ids.iter().map(|&e| split_extent(e).0);
+        if let Some(d) = drives_of().find(|&d| !self.health.online(d)) {
+            self.health.read_errors[d].fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        let actual = match self.read_extents(&block.extents.ids, block.len, buf) {
+            Ok(sum) => sum,
+            Err(e) => {
+                // The layout took the failing drive offline; the value stays indexed (the drive
+                // may be back after a restart) and reads as a miss meanwhile.
+                if let Some(d) = drives_of().find(|&d| !self.health.online(d)) {
+                    self.health.read_errors[d].fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::warn!(key = ?String::from_utf8_lossy(key), error = %e, "value unreadable; served as a miss");
+                return Ok(None);
+            }
+        };
         if actual == block.checksum {
             return Ok(Some(block.checksum));
         }
@@ -282,17 +328,19 @@ impl FileBackend {
     }
 
     pub fn device_stats(&self) -> Vec<DeviceStats> {
-        let online = !self.failed.load(Ordering::Relaxed);
+        let store_ok = !self.failed.load(Ordering::Relaxed);
         self.extents
             .usage()
             .into_iter()
             .zip(&self.drives)
-            .map(|((total, used), d)| DeviceStats {
+            .enumerate()
+            .map(|(i, ((total, used), d))| DeviceStats {
                 path: PathBuf::from(d.path()),
                 raw: d.len(),
                 usable: total * self.block_size,
                 used: used * self.block_size,
-                online,
+                online: store_ok && self.health.online(i),
+                read_errors: self.health.read_errors[i].load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -301,6 +349,7 @@ impl FileBackend {
 /// Where extents live on the drives.
 pub(crate) struct Layout<'a> {
     drives: &'a [Arc<dyn ExtentIo>],
+    health: &'a DriveHealth,
     block_size: u64,
     data_offset: u64,
 }
@@ -322,11 +371,9 @@ impl Layout<'_> {
             let n = (self.block_size - within).min(end - pos);
             let (d, i) = split_extent(ids[k]);
             let at = self.data_offset + u64::from(i) * self.block_size + within;
-            f(
-                &*self.drives[d],
-                at,
-                (pos - off) as usize..(pos - off + n) as usize,
-            )?;
+            let drive = &*self.drives[d];
+            f(drive, at, (pos - off) as usize..(pos - off + n) as usize)
+                .inspect_err(|e| self.health.fail(d, drive.path(), e))?;
             pos += n;
         }
         Ok(())

@@ -15,7 +15,7 @@ use super::extents::{ExtentAllocator, split_extent};
 use super::io::{ExtentIo, FileDrive};
 use super::journal::{CommitRecord, Journal, MAX_BODY, PAGE, Record, SNAPSHOT_BYTES_PER_ENTRY};
 use super::superblock::{FORMAT_VERSION, Probe, SUPERBLOCK_LEN, Superblock};
-use super::{DriveAccess, FileBackend, FileBlock, Layout};
+use super::{DriveAccess, DriveHealth, FileBackend, FileBlock, Layout};
 use crate::config::{DEFAULT_DRIVE_SIZE, DriveConfig};
 use crate::error::{Result, StoreError};
 use crate::index::Index;
@@ -77,8 +77,11 @@ pub(super) fn open(
         sbs[0].journal_half_len,
     )?;
     let totals: Vec<u64> = sbs.iter().map(|sb| sb.extents).collect();
+    // Drives that fail while replay checks the last batch stay offline in the opened store.
+    let health = DriveHealth::new(cfgs.len());
     let layout = Layout {
         drives: &drives,
+        health: &health,
         block_size,
         data_offset: sbs[0].data_offset,
     };
@@ -132,6 +135,7 @@ pub(super) fn open(
         group: GroupCommit::default(),
         value_bytes: AtomicU64::new(value_bytes),
         failed: AtomicBool::new(false),
+        health,
     })
 }
 
