@@ -31,6 +31,9 @@ pub struct Outgoing {
     pub body: Body,
     /// Held until the response is on the wire: the connection's in-flight byte budget.
     pub _permit: Option<OwnedSemaphorePermit>,
+    /// Value bytes this operation moved one-sided: a Commit's value (written by the client's
+    /// RDMA WRITE) or a Lookup's (pinned for its RDMA READ). Zero for everything else.
+    pub rdma_value_bytes: u64,
 }
 
 impl Outgoing {
@@ -39,6 +42,7 @@ impl Outgoing {
             header: Header::response(request, status),
             body,
             _permit: None,
+            rdma_value_bytes: 0,
         }
     }
 
