@@ -315,6 +315,7 @@ pub fn record_op(
     bytes_out: u64,
 ) {
     let transport = transport.as_str();
+    crate::otel::record_operation(op, transport, status, duration, bytes_in, bytes_out);
     metrics::counter!(OPS_TOTAL, "op" => op, "transport" => transport, "status" => status)
         .increment(1);
     metrics::histogram!(OP_DURATION_SECONDS, "op" => op, "transport" => transport)

@@ -1,5 +1,5 @@
-//! OpenTelemetry export of the server's metrics over OTLP (HTTP + protobuf), on when
-//! `MEMKV_OTEL_ENDPOINT` is set (MemKV's name).
+//! OpenTelemetry export of the server's metrics and operation traces over OTLP (HTTP +
+//! protobuf), on when `MEMKV_OTEL_ENDPOINT` is set (MemKV's name).
 //!
 //! Every metric memkv records goes through the `metrics` facade. With an endpoint set, the
 //! process-wide recorder is a fan-out: each counter, gauge and histogram handle feeds both the
@@ -13,6 +13,11 @@
 //! its `/v1/metrics` (a URL that already ends in `/v1/metrics` is used as it is). The export
 //! interval is the SDK's `OTEL_METRIC_EXPORT_INTERVAL` (milliseconds, default 60000); the
 //! other `OTEL_EXPORTER_OTLP_*` variables (headers, timeout) apply as the SDK defines them.
+//!
+//! Traces: one span per served operation (named after its opcode; transport, status and
+//! value bytes as attributes; its real start and end), to the collector's `/v1/traces`.
+//! Sampled: 1% of operations unless `OTEL_TRACES_SAMPLER` (and `_ARG`) choose otherwise;
+//! batched by the SDK (`OTEL_BSP_*`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,15 +37,85 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 pub const ENDPOINT_ENV: &str = "MEMKV_OTEL_ENDPOINT";
 
 static PROVIDER: OnceLock<SdkMeterProvider> = OnceLock::new();
+static TRACER_PROVIDER: OnceLock<opentelemetry_sdk::trace::SdkTracerProvider> = OnceLock::new();
+static TRACER: OnceLock<opentelemetry_sdk::trace::SdkTracer> = OnceLock::new();
+
+/// The share of operations traced when `OTEL_TRACES_SAMPLER` is not set.
+pub const DEFAULT_TRACE_RATIO: f64 = 0.01;
 
 /// The metrics URL for a collector base URL.
 pub fn metrics_url(endpoint: &str) -> String {
+    signal_url(endpoint, "/v1/metrics")
+}
+
+/// The traces URL for a collector base URL (or for its metrics URL).
+pub fn traces_url(endpoint: &str) -> String {
     let base = endpoint.trim().trim_end_matches('/');
-    if base.ends_with("/v1/metrics") {
+    signal_url(
+        base.strip_suffix("/v1/metrics").unwrap_or(base),
+        "/v1/traces",
+    )
+}
+
+fn signal_url(endpoint: &str, path: &str) -> String {
+    let base = endpoint.trim().trim_end_matches('/');
+    if base.ends_with(path) {
         base.to_owned()
     } else {
-        format!("{base}/v1/metrics")
+        format!("{base}{path}")
     }
+}
+
+/// Records one served operation as a span (when tracing is on and the sampler picks it).
+pub fn record_operation(
+    op: &'static str,
+    transport: &'static str,
+    status: &'static str,
+    duration: std::time::Duration,
+    bytes_in: u64,
+    bytes_out: u64,
+) {
+    use opentelemetry::trace::{Span as _, SpanKind, Tracer as _};
+    let Some(tracer) = TRACER.get() else {
+        return;
+    };
+    let end = std::time::SystemTime::now();
+    let mut span = tracer
+        .span_builder(op)
+        .with_kind(SpanKind::Server)
+        .with_start_time(end - duration)
+        .with_attributes([
+            KeyValue::new("memkv.transport", transport),
+            KeyValue::new("memkv.status", status),
+            KeyValue::new("memkv.bytes_in", bytes_in as i64),
+            KeyValue::new("memkv.bytes_out", bytes_out as i64),
+        ])
+        .start(tracer);
+    span.end_with_timestamp(end);
+}
+
+fn tracing_pipeline(endpoint: &str, resource: opentelemetry_sdk::Resource) -> Result<(), String> {
+    use opentelemetry::trace::TracerProvider as _;
+    let url = traces_url(endpoint);
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(url.clone())
+        .build()
+        .map_err(|e| format!("{ENDPOINT_ENV}={endpoint}: {e}"))?;
+    let mut builder = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource);
+    if std::env::var_os("OTEL_TRACES_SAMPLER").is_none() {
+        builder = builder.with_sampler(opentelemetry_sdk::trace::Sampler::TraceIdRatioBased(
+            DEFAULT_TRACE_RATIO,
+        ));
+    }
+    let provider = builder.build();
+    let _ = TRACER.set(provider.tracer("memkv"));
+    let _ = TRACER_PROVIDER.set(provider);
+    tracing::info!(url, "exporting operation traces over OTLP (HTTP, protobuf)");
+    Ok(())
 }
 
 /// The OTLP pipeline: instruments on a meter whose provider exports periodically.
@@ -63,8 +138,9 @@ pub fn exporting(endpoint: &str) -> Result<Exporting, String> {
         .build();
     let provider = SdkMeterProvider::builder()
         .with_periodic_exporter(exporter)
-        .with_resource(resource)
+        .with_resource(resource.clone())
         .build();
+    tracing_pipeline(endpoint, resource)?;
     let meter = provider.meter("memkv");
     let _ = PROVIDER.set(provider);
     tracing::info!(url, "exporting metrics over OTLP (HTTP, protobuf)");
@@ -80,6 +156,11 @@ pub fn exporting(endpoint: &str) -> Result<Exporting, String> {
 /// Exports what has been recorded since the last export, then stops the exporter. Call once
 /// when the server stops; a no-op when OTLP export is off.
 pub fn shutdown() {
+    if let Some(provider) = TRACER_PROVIDER.get() {
+        if let Err(e) = provider.shutdown() {
+            tracing::warn!(error = %e, "OTLP trace exporter did not shut down cleanly");
+        }
+    }
     if let Some(provider) = PROVIDER.get() {
         if let Err(e) = provider.shutdown() {
             tracing::warn!(error = %e, "OTLP metrics exporter did not shut down cleanly");
@@ -392,6 +473,14 @@ mod tests {
         assert_eq!(
             metrics_url("https://c.example/otlp/v1/metrics"),
             "https://c.example/otlp/v1/metrics"
+        );
+        assert_eq!(
+            traces_url("http://collector:4318/"),
+            "http://collector:4318/v1/traces"
+        );
+        assert_eq!(
+            traces_url("https://c.example/otlp/v1/metrics"),
+            "https://c.example/otlp/v1/traces"
         );
     }
 }

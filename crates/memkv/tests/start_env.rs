@@ -1,5 +1,5 @@
-//! `memkv start` and its environment: the auth key from MEMKV_AUTH_KEY, and metrics exported
-//! over OTLP to MEMKV_OTEL_ENDPOINT (a receiver in the test decodes what arrives).
+//! `memkv start` and its environment: the auth key from MEMKV_AUTH_KEY, and metrics and traces
+//! exported over OTLP to MEMKV_OTEL_ENDPOINT (a receiver in the test decodes what arrives).
 
 mod common;
 
@@ -89,6 +89,30 @@ struct Received {
     names: BTreeSet<String>,
     service_names: BTreeSet<String>,
     gauges: std::collections::BTreeMap<String, f64>,
+    /// Span name and its `memkv.transport` attribute.
+    spans: BTreeSet<(String, String)>,
+}
+
+fn decode_traces(body: &[u8], into: &mut Received) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let request = ExportTraceServiceRequest::decode(body).expect("an OTLP traces request");
+    for rs in request.resource_spans {
+        for ss in rs.scope_spans {
+            for span in ss.spans {
+                let transport = span
+                    .attributes
+                    .iter()
+                    .find(|a| a.key == "memkv.transport")
+                    .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+                        Value::StringValue(s) => Some(s.clone()),
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                into.spans.insert((span.name, transport));
+            }
+        }
+    }
 }
 
 fn decode(body: &[u8], into: &mut Received) {
@@ -149,7 +173,8 @@ async fn receive(
                     }
                 };
                 let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                assert!(head.starts_with("post /v1/metrics "), "{head}");
+                let traces = head.starts_with("post /v1/traces ");
+                assert!(traces || head.starts_with("post /v1/metrics "), "{head}");
                 assert!(
                     head.contains("content-type: application/x-protobuf"),
                     "{head}"
@@ -166,7 +191,12 @@ async fn receive(
                         Ok(n) => buf.extend_from_slice(&chunk[..n]),
                     }
                 }
-                decode(&buf[end..end + len], &mut received.lock().unwrap());
+                let body = &buf[end..end + len];
+                if traces {
+                    decode_traces(body, &mut received.lock().unwrap());
+                } else {
+                    decode(body, &mut received.lock().unwrap());
+                }
                 buf.drain(..end + len);
                 let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
                 if s.write_all(reply.as_bytes()).await.is_err() {
@@ -178,7 +208,7 @@ async fn receive(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn start_exports_its_metrics_over_otlp_to_memkv_otel_endpoint() {
+async fn start_exports_its_metrics_and_traces_over_otlp_to_memkv_otel_endpoint() {
     let dir = scratch("otel");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
@@ -190,6 +220,8 @@ async fn start_exports_its_metrics_over_otlp_to_memkv_otel_endpoint() {
             ("MEMKV_AUTH_KEY", KEY_HEX),
             ("MEMKV_OTEL_ENDPOINT", &endpoint),
             ("OTEL_METRIC_EXPORT_INTERVAL", "300"),
+            ("OTEL_TRACES_SAMPLER", "always_on"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
         ],
     );
     let mut put = memkv(&data, KEY_HEX);
@@ -211,16 +243,18 @@ async fn start_exports_its_metrics_over_otlp_to_memkv_otel_endpoint() {
         {
             let r = received.lock().unwrap();
             let stored = r.gauges.get("memkv_stored_values").copied().unwrap_or(0.0);
-            if wanted.iter().all(|n| r.names.contains(*n)) && stored >= 1.0 {
+            let traced = r.spans.contains(&("TcpPut".to_owned(), "tcp".to_owned()));
+            if wanted.iter().all(|n| r.names.contains(*n)) && stored >= 1.0 && traced {
                 assert!(r.service_names.contains("memkv"), "{:?}", r.service_names);
                 assert!(r.gauges["memkv_capacity_bytes"] > 0.0);
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "after 30 s the receiver has {:?} (gauges {:?}); the server log:\n{}",
+                "after 30 s the receiver has {:?} (gauges {:?}, spans {:?}); the server log:\n{}",
                 r.names,
                 r.gauges,
+                r.spans,
                 std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
             );
         }
