@@ -433,3 +433,94 @@ async fn two_rails_share_a_16_mib_value() {
     );
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rdma_and_a_tcp_client_show_their_transports_in_status_and_metrics() {
+    let Some((server_dev, rail)) =
+        rxe_or_skip("an_rdma_and_a_tcp_client_show_their_transports_in_status_and_metrics")
+    else {
+        return;
+    };
+    let server = common::start(&format!("rdma:\n  device: {server_dev}\n")).await;
+    let rdma = rdma_client(&server, &rail, Transport::Rdma)
+        .await
+        .expect("strict RDMA client");
+    let mut tcp_config = common::client_config(&[&server]);
+    tcp_config.transport = Transport::Tcp;
+    let tcp = Client::connect(tcp_config).await.unwrap();
+    let before = common::admin_get(&server, "/v1/metrics").await;
+    let value = pattern(256 << 10, 7);
+    for i in 0..4 {
+        rdma.put(format!("mix/rdma/{i}").as_bytes(), &value)
+            .await
+            .unwrap();
+        tcp.put(format!("mix/tcp/{i}").as_bytes(), &value)
+            .await
+            .unwrap();
+    }
+    for i in 0..4 {
+        assert!(rdma.get(format!("mix/tcp/{i}").as_bytes()).await.unwrap() == Some(value.clone()));
+        assert!(tcp.get(format!("mix/rdma/{i}").as_bytes()).await.unwrap() == Some(value.clone()));
+    }
+    assert_eq!(rdma.transport(), "rdma");
+
+    let body = common::admin_get(&server, "/v1/status").await;
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let clients = status["clients"].as_array().unwrap();
+    let rdma_clients: Vec<_> = clients
+        .iter()
+        .filter(|c| c["transport"] == "rdma-rc")
+        .collect();
+    let tcp_clients: Vec<_> = clients.iter().filter(|c| c["transport"] == "tcp").collect();
+    assert!(!rdma_clients.is_empty(), "{body}");
+    assert!(!tcp_clients.is_empty(), "{body}");
+    for c in &rdma_clients {
+        assert_eq!(c["device"], server_dev.as_str(), "{c}");
+    }
+    let sum = |list: &[&serde_json::Value], field: &str| -> u64 {
+        list.iter().map(|c| c[field].as_u64().unwrap()).sum()
+    };
+    // The RDMA client's values moved one-sided and still count: written at Commit, read at
+    // Lookup.
+    assert!(
+        sum(&rdma_clients, "bytes_in") >= 4 * value.len() as u64,
+        "{body}"
+    );
+    assert!(
+        sum(&rdma_clients, "bytes_out") >= 4 * value.len() as u64,
+        "{body}"
+    );
+    assert!(
+        sum(&tcp_clients, "bytes_in") >= 4 * value.len() as u64,
+        "{body}"
+    );
+    assert!(
+        sum(&tcp_clients, "bytes_out") >= 4 * value.len() as u64,
+        "{body}"
+    );
+    assert!(status["connections"]["by_transport"]["rdma-rc"].as_u64() >= Some(1));
+    assert!(status["connections"]["by_transport"]["tcp"].as_u64() >= Some(1));
+
+    let after = common::admin_get(&server, "/v1/metrics").await;
+    let delta = |name: &str, labels: &[(&str, &str)]| {
+        common::metric_sum(&after, name, labels) - common::metric_sum(&before, name, labels)
+    };
+    assert!(
+        delta(
+            "memkv_ops_total",
+            &[("op", "Commit"), ("transport", "rdma-rc")]
+        ) >= 4.0
+    );
+    assert!(
+        delta(
+            "memkv_ops_total",
+            &[("op", "Lookup"), ("transport", "rdma-rc")]
+        ) >= 4.0
+    );
+    assert!(delta("memkv_ops_total", &[("op", "TcpPut"), ("transport", "tcp")]) >= 4.0);
+    let len = value.len() as f64;
+    assert!(delta("memkv_bytes_in_total", &[("transport", "rdma-rc")]) >= 4.0 * len);
+    assert!(delta("memkv_bytes_out_total", &[("transport", "rdma-rc")]) >= 4.0 * len);
+    assert!(delta("memkv_bytes_in_total", &[("transport", "tcp")]) >= 4.0 * len);
+    server.shutdown().await.unwrap();
+}

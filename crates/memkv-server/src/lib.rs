@@ -7,9 +7,11 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+mod clients;
 pub mod config;
 mod data;
 pub mod metrics;
+pub mod otel;
 mod rdma;
 mod server;
 mod state;

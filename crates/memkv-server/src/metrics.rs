@@ -13,14 +13,16 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::admin::ConnectionStatus;
 
-/// Counter: completed operations. Labels: `op`, `transport`, `status`.
+/// Counter: completed operations. Labels: `op`, `transport` (`tcp`, `rdma-rc`, `rdma-dc`),
+/// `status`.
 pub const OPS_TOTAL: &str = "memkv_ops_total";
 /// Histogram (seconds): operation latency. Labels: `op`, `transport`.
 pub const OP_DURATION_SECONDS: &str = "memkv_op_duration_seconds";
-/// Counter: payload bytes received from clients in TCP frames (RDMA clients' values move
-/// one-sided and are not counted). Label: `transport`.
+/// Counter: value bytes clients stored. TCP: request payloads; RDMA: the value a Commit
+/// publishes (written one-sided before it). Label: `transport`.
 pub const BYTES_IN_TOTAL: &str = "memkv_bytes_in_total";
-/// Counter: payload bytes sent to clients. Label: `transport`.
+/// Counter: value bytes clients fetched. TCP: response payloads; RDMA: the value a Lookup
+/// pins for the client to read one-sided. Label: `transport`.
 pub const BYTES_OUT_TOTAL: &str = "memkv_bytes_out_total";
 /// Counter: blocks evicted to make room.
 pub const EVICTIONS_TOTAL: &str = "memkv_evictions_total";
@@ -28,10 +30,23 @@ pub const EVICTIONS_TOTAL: &str = "memkv_evictions_total";
 pub const CHECKSUM_FAILURES_TOTAL: &str = "memkv_checksum_failures_total";
 /// Counter: connections or messages refused for a bad MAC / handshake.
 pub const AUTH_FAILURES_TOTAL: &str = "memkv_auth_failures_total";
+/// Counter: frames refused (the connection is closed after each). Label: `reason`, one of
+/// [`RefusalReason`]'s names.
+pub const REFUSED_FRAMES_TOTAL: &str = "memkv_refused_frames_total";
 /// Gauge: client connections open now.
 pub const CONNECTIONS: &str = "memkv_connections";
 /// Counter: client connections accepted since start.
 pub const CONNECTIONS_TOTAL: &str = "memkv_connections_total";
+/// Gauge: bytes values can occupy (the arena's granules, or the drives' data extents).
+pub const CAPACITY_BYTES: &str = "memkv_capacity_bytes";
+/// Gauge: bytes taken by stored values and open reservations (rounded to their allocation).
+pub const USED_BYTES: &str = "memkv_used_bytes";
+/// Gauge: capacity not used.
+pub const FREE_BYTES: &str = "memkv_free_bytes";
+/// Gauge: values stored now.
+pub const STORED_VALUES: &str = "memkv_stored_values";
+/// Gauge: sum of the stored values' lengths.
+pub const STORED_VALUE_BYTES: &str = "memkv_stored_value_bytes";
 
 /// Latency buckets from 10 µs to 10 s, roughly 1-2.5-5 per decade.
 pub const DURATION_BUCKETS: [f64; 19] = [
@@ -39,49 +54,119 @@ pub const DURATION_BUCKETS: [f64; 19] = [
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// How an operation's bytes moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a client's values move: in TCP frames, or one-sided over an RDMA RC queue pair or DC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Transport {
     Tcp,
-    Rdma,
+    RdmaRc,
+    RdmaDc,
 }
 
 impl Transport {
-    /// Which transport an operation serves: the RDMA data path's control messages (Connect,
-    /// Allocate, Commit, Abort, Lookup, Release) come from clients whose values move by RDMA;
-    /// every other operation carries its bytes in TCP frames.
-    pub fn of(opcode: memkv_proto::Opcode) -> Transport {
+    pub const ALL: [Transport; 3] = [Transport::Tcp, Transport::RdmaRc, Transport::RdmaDc];
+
+    /// The RDMA data path's control messages: their values move one-sided, so they are served
+    /// over RDMA (RC or DC, whichever the client's Connect set up). Every other operation
+    /// carries its bytes in TCP frames.
+    pub fn is_rdma_control(opcode: memkv_proto::Opcode) -> bool {
         use memkv_proto::Opcode::*;
-        match opcode {
-            Connect | Allocate | Commit | Abort | Lookup | Release => Transport::Rdma,
-            _ => Transport::Tcp,
-        }
+        matches!(
+            opcode,
+            Connect | Allocate | Commit | Abort | Lookup | Release
+        )
+    }
+
+    pub const fn is_rdma(self) -> bool {
+        !matches!(self, Self::Tcp)
     }
 
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Tcp => "tcp",
-            Self::Rdma => "rdma",
+            Self::RdmaRc => "rdma-rc",
+            Self::RdmaDc => "rdma-dc",
+        }
+    }
+}
+
+/// Why a frame was refused (`memkv_refused_frames_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalReason {
+    /// Not a well-formed memkv frame: bad magic, version, opcode, flags, truncation, checksum,
+    /// a response where a request belongs, an out-of-place handshake frame.
+    BadFrame,
+    /// Wrong key: a failed handshake proof or a frame MAC that does not verify.
+    Auth,
+    /// Replayed, reordered or lost frame (sequence number mismatch).
+    Sequence,
+    /// A key, value, payload or batch over its limit.
+    TooLarge,
+}
+
+impl RefusalReason {
+    pub const ALL: [RefusalReason; 4] = [
+        RefusalReason::BadFrame,
+        RefusalReason::Auth,
+        RefusalReason::Sequence,
+        RefusalReason::TooLarge,
+    ];
+
+    pub fn of(e: &memkv_proto::ProtoError) -> RefusalReason {
+        use memkv_proto::ProtoError::*;
+        match e {
+            BadMac | Unauthorized(_) => RefusalReason::Auth,
+            BadSequence { .. } => RefusalReason::Sequence,
+            TooLarge { .. } => RefusalReason::TooLarge,
+            _ => RefusalReason::BadFrame,
+        }
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::BadFrame => "bad_frame",
+            Self::Auth => "auth",
+            Self::Sequence => "sequence",
+            Self::TooLarge => "too_large",
         }
     }
 }
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
-/// Installs the process-wide Prometheus recorder (once) and returns its handle.
+/// Installs the process-wide Prometheus recorder (once) and returns its handle. With
+/// `MEMKV_OTEL_ENDPOINT` set, the recorder also feeds the OTLP exporter ([`crate::otel`]).
 ///
 /// If another recorder was installed first (by an embedding program), memkv's metrics go to
 /// that recorder and the handle returned here renders an empty page; a warning says so.
 pub fn install() -> &'static PrometheusHandle {
-    HANDLE.get_or_init(|| match builder().install_recorder() {
-        Ok(handle) => {
-            describe();
-            handle
+    HANDLE.get_or_init(|| {
+        let recorder = builder().build_recorder();
+        let handle = recorder.handle();
+        let endpoint = std::env::var(crate::otel::ENDPOINT_ENV)
+            .ok()
+            .filter(|e| !e.trim().is_empty());
+        let exporting = endpoint.and_then(|e| match crate::otel::exporting(&e) {
+            Ok(x) => Some(x),
+            Err(error) => {
+                tracing::error!(%error, "OTLP export is off; /v1/metrics serves as usual");
+                None
+            }
+        });
+        let installed = match exporting {
+            Some(x) => metrics::set_global_recorder(crate::otel::FanOut::new(recorder, x))
+                .map_err(|e| e.to_string()),
+            None => metrics::set_global_recorder(recorder).map_err(|e| e.to_string()),
+        };
+        match installed {
+            Ok(()) => {
+                describe();
+                register();
+            }
+            Err(error) => {
+                tracing::warn!(%error, "a metrics recorder is already installed; /v1/metrics will be empty");
+            }
         }
-        Err(error) => {
-            tracing::warn!(%error, "a metrics recorder is already installed; /v1/metrics will be empty");
-            builder().build_recorder().handle()
-        }
+        handle
     })
 }
 
@@ -123,8 +208,100 @@ fn describe() {
         "Blocks that failed checksum verification"
     );
     metrics::describe_counter!(AUTH_FAILURES_TOTAL, "Refused authentication attempts");
+    metrics::describe_counter!(
+        REFUSED_FRAMES_TOTAL,
+        "Frames refused by reason (bad_frame, auth, sequence, too_large)"
+    );
     metrics::describe_gauge!(CONNECTIONS, "Open client connections");
     metrics::describe_counter!(CONNECTIONS_TOTAL, "Accepted client connections");
+    metrics::describe_gauge!(
+        CAPACITY_BYTES,
+        metrics::Unit::Bytes,
+        "Bytes values can occupy (arena or drives)"
+    );
+    metrics::describe_gauge!(
+        USED_BYTES,
+        metrics::Unit::Bytes,
+        "Bytes used by values and open reservations"
+    );
+    metrics::describe_gauge!(FREE_BYTES, metrics::Unit::Bytes, "Capacity not used");
+    metrics::describe_gauge!(STORED_VALUES, "Values stored now");
+    metrics::describe_gauge!(
+        STORED_VALUE_BYTES,
+        metrics::Unit::Bytes,
+        "Sum of the stored values' lengths"
+    );
+}
+
+/// The transports an operation can be served over, for registering its series at start.
+fn transports_of(op: memkv_proto::Opcode) -> &'static [Transport] {
+    if op == memkv_proto::Opcode::Connect {
+        &[Transport::Tcp, Transport::RdmaRc, Transport::RdmaDc]
+    } else if Transport::is_rdma_control(op) {
+        &[Transport::RdmaRc, Transport::RdmaDc]
+    } else {
+        &[Transport::Tcp]
+    }
+}
+
+/// Creates every series at zero, so a scrape right after start lists each metric (and each
+/// op x transport a client can use) before the first operation.
+fn register() {
+    use memkv_proto::Opcode;
+    let handshake = [
+        Opcode::Hello,
+        Opcode::Challenge,
+        Opcode::Proof,
+        Opcode::Ready,
+    ];
+    for op in Opcode::ALL.into_iter().filter(|o| !handshake.contains(o)) {
+        for transport in transports_of(op) {
+            let (op, transport) = (op.name(), transport.as_str());
+            let ok = memkv_proto::Status::Ok.name();
+            metrics::counter!(OPS_TOTAL, "op" => op, "transport" => transport, "status" => ok)
+                .increment(0);
+            // Registers the histogram; it renders with zero counts until the first sample.
+            let _ = metrics::histogram!(OP_DURATION_SECONDS, "op" => op, "transport" => transport);
+        }
+    }
+    for transport in Transport::ALL {
+        metrics::counter!(BYTES_IN_TOTAL, "transport" => transport.as_str()).increment(0);
+        metrics::counter!(BYTES_OUT_TOTAL, "transport" => transport.as_str()).increment(0);
+    }
+    for reason in RefusalReason::ALL {
+        metrics::counter!(REFUSED_FRAMES_TOTAL, "reason" => reason.as_str()).increment(0);
+    }
+    for counter in [
+        EVICTIONS_TOTAL,
+        CHECKSUM_FAILURES_TOTAL,
+        AUTH_FAILURES_TOTAL,
+        CONNECTIONS_TOTAL,
+    ] {
+        metrics::counter!(counter).increment(0);
+    }
+    for gauge in [
+        CONNECTIONS,
+        CAPACITY_BYTES,
+        USED_BYTES,
+        FREE_BYTES,
+        STORED_VALUES,
+        STORED_VALUE_BYTES,
+    ] {
+        metrics::gauge!(gauge).increment(0.0);
+    }
+}
+
+/// The store's size now, as the capacity gauges.
+pub fn record_capacity(stats: &memkv_store::StoreStats) {
+    metrics::gauge!(CAPACITY_BYTES).set(stats.usable_bytes as f64);
+    metrics::gauge!(USED_BYTES).set(stats.used_bytes as f64);
+    metrics::gauge!(FREE_BYTES).set(stats.usable_bytes.saturating_sub(stats.used_bytes) as f64);
+    metrics::gauge!(STORED_VALUES).set(stats.blocks as f64);
+    metrics::gauge!(STORED_VALUE_BYTES).set(stats.value_bytes as f64);
+}
+
+pub fn record_refusal(reason: RefusalReason) {
+    metrics::counter!(REFUSED_FRAMES_TOTAL, "reason" => reason.as_str()).increment(1);
 }
 
 /// Records one finished operation. `op` and `status` should come from small fixed sets
@@ -138,6 +315,7 @@ pub fn record_op(
     bytes_out: u64,
 ) {
     let transport = transport.as_str();
+    crate::otel::record_operation(op, transport, status, duration, bytes_in, bytes_out);
     metrics::counter!(OPS_TOTAL, "op" => op, "transport" => transport, "status" => status)
         .increment(1);
     metrics::histogram!(OP_DURATION_SECONDS, "op" => op, "transport" => transport)
@@ -202,6 +380,7 @@ impl ConnectionCounters {
             current: self.current.load(Ordering::Relaxed),
             total: self.total.load(Ordering::Relaxed),
             auth_failures: self.auth_failures.load(Ordering::Relaxed),
+            by_transport: Default::default(),
         }
     }
 }
@@ -218,15 +397,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rdma_control_messages_are_labelled_rdma() {
+    fn rdma_control_messages_are_recognised() {
         use memkv_proto::Opcode;
         for op in [
+            Opcode::Connect,
             Opcode::Allocate,
             Opcode::Commit,
             Opcode::Lookup,
             Opcode::Release,
         ] {
-            assert_eq!(Transport::of(op), Transport::Rdma, "{op:?}");
+            assert!(Transport::is_rdma_control(op), "{op:?}");
         }
         for op in [
             Opcode::TcpPut,
@@ -234,7 +414,40 @@ mod tests {
             Opcode::BatchGet,
             Opcode::Exists,
         ] {
-            assert_eq!(Transport::of(op), Transport::Tcp, "{op:?}");
+            assert!(!Transport::is_rdma_control(op), "{op:?}");
+        }
+        assert_eq!(
+            Transport::ALL.map(Transport::as_str),
+            ["tcp", "rdma-rc", "rdma-dc"]
+        );
+    }
+
+    #[test]
+    fn refusals_are_classified_by_reason() {
+        use memkv_proto::ProtoError;
+        let cases = [
+            (ProtoError::BadMac, "auth"),
+            (ProtoError::Unauthorized("wrong proof"), "auth"),
+            (
+                ProtoError::BadSequence {
+                    expected: 2,
+                    got: 1,
+                },
+                "sequence",
+            ),
+            (
+                ProtoError::TooLarge {
+                    what: "value",
+                    len: 9,
+                    limit: 8,
+                },
+                "too_large",
+            ),
+            (ProtoError::BadMagic { found: [0; 4] }, "bad_frame"),
+            (ProtoError::UnknownOpcode(0xee), "bad_frame"),
+        ];
+        for (e, reason) in cases {
+            assert_eq!(RefusalReason::of(&e).as_str(), reason, "{e}");
         }
     }
 

@@ -49,6 +49,7 @@ impl Server {
             .map_err(|e| StartError::AuthKey(e.to_string()))?;
         match &source {
             AuthKeySource::Config => tracing::info!("auth key from network.auth_key"),
+            AuthKeySource::Env => tracing::info!("auth key from MEMKV_AUTH_KEY"),
             AuthKeySource::KeyFile {
                 path,
                 created: true,
@@ -95,6 +96,12 @@ impl Server {
         .expect("fabric discovery does not panic");
         let tls = config.network.tls.clone();
         let shared = Shared::new(config, store, key, data_addr, rdma);
+        // The data listener is bound (connections queue from now on): health must say so from
+        // the admin API's first answer, not once the data task first runs.
+        shared
+            .listener_up
+            .store(true, std::sync::atomic::Ordering::Release);
+        shared.sync_store_metrics();
         let (stop, stopped) = watch::channel(false);
 
         let admin_source: Arc<dyn crate::admin::StatusSource> = shared.clone();
@@ -195,6 +202,10 @@ pub async fn run_until_signal(config: ServerConfig) -> anyhow::Result<()> {
     tracing::info!("signal received: draining in-flight requests");
     notify_systemd(sd_notify::NotifyState::Stopping);
     server.shutdown().await?;
+    // The last OTLP export (a no-op without MEMKV_OTEL_ENDPOINT); it blocks on the network.
+    tokio::task::spawn_blocking(crate::otel::shutdown)
+        .await
+        .expect("OTLP shutdown does not panic");
     tracing::info!("stopped cleanly");
     Ok(())
 }

@@ -11,6 +11,7 @@ use crate::admin::{
     DeviceStatus, HealthInputs, HealthReport, MemoryStatus, RdmaStatus, Readiness, StatusReport,
     StatusSource, StorageStatus, TransportStatus,
 };
+use crate::clients::ClientRegistry;
 use crate::config::{ServerConfig, StorageMode};
 use crate::metrics::ConnectionCounters;
 
@@ -31,6 +32,7 @@ pub struct Shared {
     phase: AtomicU8,
     pub listener_up: AtomicBool,
     pub connections: Arc<ConnectionCounters>,
+    pub clients: Arc<ClientRegistry>,
     last_evictions: AtomicU64,
     last_checksum_failures: AtomicU64,
 }
@@ -54,6 +56,7 @@ impl Shared {
             phase: AtomicU8::new(STARTING),
             listener_up: AtomicBool::new(false),
             connections: Arc::default(),
+            clients: Arc::default(),
             rdma,
             last_evictions: AtomicU64::new(0),
             last_checksum_failures: AtomicU64::new(0),
@@ -72,9 +75,15 @@ impl Shared {
         self.connections.auth_failed();
     }
 
-    /// Moves the store's eviction and checksum-failure counts into the metrics.
+    /// The RDMA device RDMA clients are served over, when RDMA serves.
+    pub fn rdma_device(&self) -> Option<&str> {
+        self.rdma.serving.as_ref().map(|s| s.device.name())
+    }
+
+    /// Moves the store's eviction and checksum-failure counts and its size into the metrics.
     pub fn sync_store_metrics(&self) {
         let stats = self.store.stats();
+        crate::metrics::record_capacity(&stats);
         let before = self.last_evictions.swap(stats.evictions, Ordering::Relaxed);
         if stats.evictions > before {
             crate::metrics::record_evictions(stats.evictions - before);
@@ -92,6 +101,14 @@ impl StatusSource for Shared {
     fn status(&self) -> StatusReport {
         let stats = self.store.stats();
         let arena = self.store.arena();
+        let clients = self.clients.snapshot(self.rdma_device());
+        let mut connections = self.connections.snapshot();
+        for c in &clients {
+            *connections
+                .by_transport
+                .entry(c.transport.clone())
+                .or_default() += 1;
+        }
         StatusReport {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             uptime_secs: self.started.elapsed().as_secs(),
@@ -108,6 +125,8 @@ impl StatusSource for Shared {
                 raw_bytes_total: stats.raw_bytes,
                 usable_bytes_total: stats.usable_bytes,
                 used_bytes_total: stats.used_bytes,
+                free_bytes_total: stats.usable_bytes.saturating_sub(stats.used_bytes),
+                value_bytes_total: stats.value_bytes,
                 blocks: stats.blocks,
                 evictions: stats.evictions,
                 checksum_failures: stats.checksum_failures,
@@ -123,7 +142,7 @@ impl StatusSource for Shared {
                     })
                     .collect(),
             },
-            connections: self.connections.snapshot(),
+            connections,
             transports: TransportStatus {
                 tcp: true,
                 rdma: self.rdma.active,
@@ -133,6 +152,7 @@ impl StatusSource for Shared {
                 reason: self.rdma.reason.clone(),
                 devices: self.rdma.devices.clone(),
             },
+            clients,
         }
     }
 
@@ -151,6 +171,10 @@ impl StatusSource for Shared {
             },
             drives_offline: offline,
         })
+    }
+
+    fn sync_metrics(&self) {
+        self.sync_store_metrics();
     }
 
     fn readiness(&self) -> Readiness {

@@ -50,6 +50,8 @@ impl StatusSource for FakeSource {
                 raw_bytes_total: 200,
                 usable_bytes_total: 180,
                 used_bytes_total: 50,
+                free_bytes_total: 130,
+                value_bytes_total: 40,
                 blocks: 3,
                 evictions: 1,
                 checksum_failures: 0,
@@ -65,6 +67,7 @@ impl StatusSource for FakeSource {
                 current: 1,
                 total: 7,
                 auth_failures: 2,
+                by_transport: [("tcp".to_owned(), 1)].into(),
             },
             transports: TransportStatus {
                 tcp: true,
@@ -75,6 +78,17 @@ impl StatusSource for FakeSource {
                 reason: Some("rdma.enabled is false".into()),
                 devices: vec![],
             },
+            clients: vec![ClientStatus {
+                id: 7,
+                peer: "127.0.0.1:40000".into(),
+                transport: "tcp".into(),
+                device: None,
+                connected_at_unix: 1_700_000_000,
+                connected_secs: 5,
+                ops: 12,
+                bytes_in: 4096,
+                bytes_out: 8192,
+            }],
         }
     }
 

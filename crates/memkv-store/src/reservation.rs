@@ -111,6 +111,13 @@ impl ReservationTable {
         Ok(entry.key)
     }
 
+    /// The length of a parked reservation's value; `None` when it is not open or not parked.
+    pub fn parked_len(&self, id: u64) -> Option<u64> {
+        lock(&self.open)
+            .get(&id)
+            .and_then(|e| e.parked.as_ref().map(Space::len))
+    }
+
     /// Ends a parked reservation for commit by id; returns its key and space.
     pub fn finish_parked(&self, id: u64, now: Instant) -> Result<(Box<[u8]>, Space)> {
         let mut open = lock(&self.open);

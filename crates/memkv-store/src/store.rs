@@ -211,6 +211,12 @@ impl Store {
         self.commit_space(&key, space, checksum, true)
     }
 
+    /// The value length of a reservation parked for [`Store::commit_id`] (e.g. one a remote
+    /// RDMA WRITE fills); `None` when no such reservation is open.
+    pub fn parked_len(&self, id: u64) -> Option<u64> {
+        self.inner.reservations.parked_len(id)
+    }
+
     /// Cancels a reservation; its space is reclaimed.
     pub fn abort(&self, id: u64) -> Result<()> {
         self.inner.reservations.abort(id)

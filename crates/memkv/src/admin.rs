@@ -1,12 +1,14 @@
-//! `memkv admin status`: `/v1/status` from each server's admin API (data port + 1).
+//! `memkv admin status`: `/v1/status` from each server's admin API (data port + 1), over
+//! HTTP or HTTPS.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use memkv_server::admin::StatusReport;
 use serde_json::{Value, json};
 
 use crate::exit::{self, Exit};
-use crate::http;
+use crate::http::{AdminClient, TlsOptions};
 
 /// The admin address of a data address: same host, port + 1.
 pub fn admin_address(server: &str) -> Result<String, String> {
@@ -29,7 +31,7 @@ struct Answer {
     outcome: Result<Value, String>,
 }
 
-async fn query(server: String, deadline: Duration) -> Answer {
+async fn query(client: Arc<AdminClient>, server: String, deadline: Duration) -> Answer {
     let admin = match admin_address(&server) {
         Ok(a) => a,
         Err(e) => {
@@ -40,7 +42,7 @@ async fn query(server: String, deadline: Duration) -> Answer {
             };
         }
     };
-    let outcome = match http::get(&admin, "/v1/status", deadline).await {
+    let outcome = match client.get(&admin, "/v1/status", deadline).await {
         Ok(r) if r.status == 200 => serde_json::from_slice::<Value>(&r.body)
             .map_err(|e| format!("/v1/status is not JSON: {e}")),
         Ok(r) => Err(format!(
@@ -60,10 +62,16 @@ async fn query(server: String, deadline: Duration) -> Answer {
     }
 }
 
-pub async fn status(servers: Vec<String>, json_out: bool, deadline: Duration) -> Result<(), Exit> {
+pub async fn status(
+    servers: Vec<String>,
+    json_out: bool,
+    deadline: Duration,
+    tls: &TlsOptions,
+) -> Result<(), Exit> {
+    let client = Arc::new(AdminClient::new(tls).map_err(|e| Exit::with(exit::USAGE, e))?);
     let tasks: Vec<_> = servers
         .into_iter()
-        .map(|s| tokio::spawn(query(s, deadline)))
+        .map(|s| tokio::spawn(query(Arc::clone(&client), s, deadline)))
         .collect();
     let mut answers = Vec::with_capacity(tasks.len());
     for t in tasks {
@@ -109,6 +117,7 @@ fn table(answers: &[Answer]) -> String {
         "USABLE GiB",
         "BLOCKS",
         "CONNS",
+        "CLIENTS BY TRANSPORT",
         "RDMA",
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
@@ -117,6 +126,7 @@ fn table(answers: &[Answer]) -> String {
         match &a.outcome {
             Ok(value) => {
                 let s: StatusReport = serde_json::from_value(value.clone()).unwrap_or_default();
+                let mix = transport_mix(&s);
                 rows.push(vec![
                     a.server.clone(),
                     "up".into(),
@@ -127,6 +137,7 @@ fn table(answers: &[Answer]) -> String {
                     gib(s.storage.usable_bytes_total),
                     s.storage.blocks.to_string(),
                     s.connections.current.to_string(),
+                    mix,
                     if s.rdma.active { "active" } else { "off" }.into(),
                 ]);
             }
@@ -138,7 +149,75 @@ fn table(answers: &[Answer]) -> String {
             }
         }
     }
-    let widths: Vec<usize> = (0..header.len())
+    let mut out = align(&rows);
+    let clients = client_rows(answers);
+    if clients.len() > 1 {
+        out.push('\n');
+        out.push_str(&align(&clients));
+    }
+    for e in errors {
+        out.push_str(&e);
+        out.push('\n');
+    }
+    out
+}
+
+/// `tcp=2 rdma-rc=1`: the server's clients counted by transport; `-` with none.
+fn transport_mix(s: &StatusReport) -> String {
+    let mut counts: std::collections::BTreeMap<&str, u64> = Default::default();
+    for c in &s.clients {
+        *counts.entry(c.transport.as_str()).or_default() += 1;
+    }
+    if counts.is_empty() {
+        return "-".into();
+    }
+    counts
+        .iter()
+        .map(|(t, n)| format!("{t}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// One row per connected client of every server that answered (the header row first).
+fn client_rows(answers: &[Answer]) -> Vec<Vec<String>> {
+    let header = [
+        "SERVER",
+        "CLIENT",
+        "TRANSPORT",
+        "DEVICE",
+        "OPS",
+        "MiB IN",
+        "MiB OUT",
+        "CONNECTED",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    for a in answers {
+        let Ok(value) = &a.outcome else { continue };
+        let s: StatusReport = serde_json::from_value(value.clone()).unwrap_or_default();
+        for c in s.clients {
+            rows.push(vec![
+                a.server.clone(),
+                c.peer,
+                c.transport,
+                c.device.unwrap_or_else(|| "-".into()),
+                c.ops.to_string(),
+                mib(c.bytes_in),
+                mib(c.bytes_out),
+                format!("{}s", c.connected_secs),
+            ]);
+        }
+    }
+    rows
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// Left-aligned columns two spaces apart.
+fn align(rows: &[Vec<String>]) -> String {
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
         .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
@@ -149,10 +228,6 @@ fn table(answers: &[Answer]) -> String {
             .map(|(cell, w)| format!("{cell:<w$}"))
             .collect();
         out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    for e in errors {
-        out.push_str(&e);
         out.push('\n');
     }
     out
@@ -194,5 +269,35 @@ mod tests {
         );
         assert!(lines[2].starts_with("b:1") && lines[2].contains("ERROR"));
         assert_eq!(lines[3], "b:1: cannot connect: refused");
+    }
+
+    #[test]
+    fn clients_and_the_transport_mix_are_shown() {
+        let answers = vec![Answer {
+            server: "a:1".into(),
+            admin: "a:2".into(),
+            outcome: Ok(json!({"version": "0.1.0", "clients": [
+                {"peer": "10.0.0.9:4000", "transport": "tcp", "ops": 3, "bytes_in": 1048576},
+                {"peer": "10.0.0.8:4001", "transport": "rdma-rc", "device": "rxe0", "ops": 5},
+                {"peer": "10.0.0.8:4002", "transport": "rdma-rc", "device": "rxe0"}
+            ]})),
+        }];
+        let text = table(&answers);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("CLIENTS BY TRANSPORT"), "{text}");
+        assert!(lines[1].contains("rdma-rc=2 tcp=1"), "{text}");
+        assert_eq!(lines[2], "");
+        assert!(lines[3].starts_with("SERVER") && lines[3].contains("TRANSPORT"));
+        assert!(
+            lines[4].contains("10.0.0.9:4000")
+                && lines[4].contains(" tcp ")
+                && lines[4].contains(" 1.0 "),
+            "{text}"
+        );
+        assert!(
+            lines[5].contains("rdma-rc") && lines[5].contains("rxe0"),
+            "{text}"
+        );
+        assert_eq!(lines.len(), 7);
     }
 }

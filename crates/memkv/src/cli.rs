@@ -60,7 +60,7 @@ pub enum Command {
     Delete { key: OsString },
     /// Check a key (exit 0 if it exists, 3 if not).
     Exists { key: OsString },
-    /// Admin API queries (HTTP on each server's port + 1).
+    /// Admin API queries (HTTP or HTTPS on each server's port + 1).
     #[command(subcommand)]
     Admin(AdminCommand),
     /// Print a fresh random auth key (64 hex characters).
@@ -81,6 +81,18 @@ pub enum AdminCommand {
         /// Print a JSON array (one object per server) instead of a table.
         #[arg(long)]
         json: bool,
+        /// Speak HTTPS to the admin APIs (servers with network.tls_cert / tls_key), trusting
+        /// the system's certificate authorities. Implied by --tls-ca and --insecure.
+        #[arg(long)]
+        https: bool,
+        /// HTTPS, trusting the certificates in this PEM file (a self-signed server
+        /// certificate, or the CA that issued the servers') instead of the system's.
+        #[arg(long, value_name = "PATH", conflicts_with = "insecure")]
+        tls_ca: Option<std::path::PathBuf>,
+        /// HTTPS without verifying the servers' certificates (encrypted, not authenticated:
+        /// for self-signed certificates on a trusted network only).
+        #[arg(long)]
+        insecure: bool,
         /// Servers as host:port (data port; default: the client's server list).
         #[arg(value_name = "SERVER")]
         servers: Vec<String>,

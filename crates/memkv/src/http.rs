@@ -1,13 +1,43 @@
-//! Just enough HTTP/1.x to GET a JSON document from a server's admin API: one request per
-//! connection (HTTP/1.0, `Connection: close`), body bounded in size.
+//! GETs a JSON document from a server's admin API over HTTP or HTTPS (hyper's client with
+//! rustls and ring), the body bounded in size.
+//!
+//! HTTPS trusts, in this order: the CA certificates of `--tls-ca PATH` (a PEM file: the
+//! server's self-signed certificate or the CA that issued it); otherwise the system's trust
+//! store. `--insecure` skips verifying the server's certificate (the connection is still
+//! encrypted, but anyone in the path can impersonate the server).
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
 /// Largest response accepted (a status document is a few KiB).
-const MAX_RESPONSE: u64 = 4 << 20;
+const MAX_RESPONSE: usize = 4 << 20;
+
+/// How to reach admin APIs: plain HTTP, or HTTPS and what to trust.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// Speak HTTPS (implied by `ca` and `insecure`).
+    pub https: bool,
+    /// PEM file of the certificates to trust instead of the system's.
+    pub ca: Option<PathBuf>,
+    /// Accept any server certificate.
+    pub insecure: bool,
+}
+
+impl TlsOptions {
+    pub fn uses_https(&self) -> bool {
+        self.https || self.ca.is_some() || self.insecure
+    }
+}
 
 /// A response: status code and body.
 #[derive(Debug, PartialEq, Eq)]
@@ -16,104 +46,174 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
-/// `GET path` from `address` (host:port) within `deadline`.
-pub async fn get(address: &str, path: &str, deadline: Duration) -> Result<Response, String> {
-    let exchange = async {
-        let mut stream = TcpStream::connect(address)
-            .await
-            .map_err(|e| format!("cannot connect: {e}"))?;
-        let host = address;
-        let request = format!(
-            "GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
-        );
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| format!("sending the request: {e}"))?;
-        let mut raw = Vec::new();
-        (&mut stream)
-            .take(MAX_RESPONSE + 1)
-            .read_to_end(&mut raw)
-            .await
-            .map_err(|e| format!("reading the response: {e}"))?;
-        if raw.len() as u64 > MAX_RESPONSE {
-            return Err(format!("response exceeds {MAX_RESPONSE} bytes"));
-        }
-        parse(&raw)
-    };
-    tokio::time::timeout(deadline, exchange)
-        .await
-        .map_err(|_| format!("no answer within {deadline:?}"))?
+/// An HTTP(S) client for admin APIs; one serves every server of a command.
+pub struct AdminClient {
+    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    scheme: &'static str,
 }
 
-/// Parses a complete response read to end of stream.
-pub fn parse(raw: &[u8]) -> Result<Response, String> {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("response ends inside its headers")?;
-    let head = std::str::from_utf8(&raw[..split]).map_err(|_| "response headers are not UTF-8")?;
-    let body = &raw[split + 4..];
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let mut parts = status_line.splitn(3, ' ');
-    let version = parts.next().unwrap_or_default();
-    if !version.starts_with("HTTP/1.") {
-        return Err(format!("not an HTTP/1 response: {status_line:?}"));
+impl AdminClient {
+    pub fn new(options: &TlsOptions) -> Result<AdminClient, String> {
+        let tls = tls_config(options)?;
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(AdminClient {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            scheme: if options.uses_https() {
+                "https"
+            } else {
+                "http"
+            },
+        })
     }
-    let status = parts
-        .next()
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
-    let mut chunked = false;
-    let mut length = None;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
+
+    /// `GET path` from `address` (host:port) within `deadline`.
+    pub async fn get(
+        &self,
+        address: &str,
+        path: &str,
+        deadline: Duration,
+    ) -> Result<Response, String> {
+        let url = format!("{}://{address}{path}", self.scheme);
+        let uri: hyper::Uri = url.parse().map_err(|e| format!("bad URL {url:?}: {e}"))?;
+        let exchange = async {
+            let response = self
+                .client
+                .get(uri)
+                .await
+                .map_err(|e| format!("{url}: {}", error_chain(&e)))?;
+            let status = response.status().as_u16();
+            let body = Limited::new(response.into_body(), MAX_RESPONSE)
+                .collect()
+                .await
+                .map_err(|e| format!("{url}: reading the response: {e}"))?
+                .to_bytes()
+                .to_vec();
+            Ok(Response { status, body })
         };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.eq_ignore_ascii_case("chunked");
-        } else if name.eq_ignore_ascii_case("content-length") {
-            length = Some(
-                value
-                    .parse::<usize>()
-                    .map_err(|_| format!("bad Content-Length {value:?}"))?,
-            );
-        }
+        tokio::time::timeout(deadline, exchange)
+            .await
+            .map_err(|_| format!("{url}: no answer within {deadline:?}"))?
     }
-    let body = if chunked {
-        dechunk(body)?
-    } else if let Some(len) = length {
-        body.get(..len)
-            .ok_or_else(|| format!("body is {} bytes, Content-Length says {len}", body.len()))?
-            .to_vec()
-    } else {
-        body.to_vec()
-    };
-    Ok(Response { status, body })
 }
 
-fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    loop {
-        let eol = rest
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("chunked body ends inside a chunk size")?;
-        let size_text = std::str::from_utf8(&rest[..eol]).map_err(|_| "bad chunk size")?;
-        let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| format!("bad chunk size {size_text:?}"))?;
-        rest = &rest[eol + 2..];
-        if size == 0 {
-            return Ok(out);
+/// The error and its causes, `: `-separated ("client error (Connect): tcp connect error:
+/// Connection refused"), so TLS and connection failures say what went wrong.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
         }
-        let chunk = rest.get(..size).ok_or("chunked body ends inside a chunk")?;
-        out.extend_from_slice(chunk);
-        rest = rest
-            .get(size + 2..)
-            .ok_or("chunked body ends after a chunk")?;
+        source = s.source();
+    }
+    text
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The rustls client configuration `options` ask for.
+pub fn tls_config(options: &TlsOptions) -> Result<rustls::ClientConfig, String> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let config = if options.insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider())))
+            .with_no_client_auth()
+    } else {
+        let roots = match &options.ca {
+            Some(path) => roots_from_file(path)?,
+            None => system_roots(),
+        };
+        builder.with_root_certificates(roots).with_no_client_auth()
+    };
+    Ok(config)
+}
+
+fn roots_from_file(path: &Path) -> Result<rustls::RootCertStore, String> {
+    let named = |e: &dyn std::fmt::Display| format!("--tls-ca {}: {e}", path.display());
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| named(&e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| named(&e))?;
+    if certs.is_empty() {
+        return Err(named(&"no CERTIFICATE block found"));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| named(&e))?;
+    }
+    Ok(roots)
+}
+
+/// The system's trust store; certificates it cannot parse are skipped.
+fn system_roots() -> rustls::RootCertStore {
+    let found = rustls_native_certs::load_native_certs();
+    for e in &found.errors {
+        tracing::debug!(error = %e, "system trust store");
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(found.certs);
+    roots
+}
+
+/// `--insecure`: every certificate is accepted; handshake signatures are still checked, so
+/// the session is encrypted to whoever holds the presented certificate's key.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -122,37 +222,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_length_chunked_and_close_delimited_bodies() {
-        let r = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}").unwrap();
-        assert_eq!((r.status, r.body.as_slice()), (200, &b"{}"[..]));
-        let r =
-            parse(b"HTTP/1.1 503 Unavailable\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
-                .unwrap();
-        assert_eq!((r.status, r.body.as_slice()), (503, &b"abcde"[..]));
-        let r = parse(b"HTTP/1.0 200 OK\r\n\r\nall of it").unwrap();
-        assert_eq!(r.body, b"all of it");
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn arbitrary_bytes_never_panic(raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
-            let _ = parse(&raw);
-        }
-
-        #[test]
-        fn arbitrary_chunked_bodies_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
-            let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
-            raw.extend_from_slice(&body);
-            let _ = parse(&raw);
-        }
+    fn https_is_implied_by_its_options() {
+        assert!(!TlsOptions::default().uses_https());
+        let ca = TlsOptions {
+            ca: Some("/x".into()),
+            ..TlsOptions::default()
+        };
+        assert!(ca.uses_https());
+        let insecure = TlsOptions {
+            insecure: true,
+            ..TlsOptions::default()
+        };
+        assert!(insecure.uses_https());
     }
 
     #[test]
-    fn refuses_malformed_responses() {
-        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9").is_err());
-        assert!(parse(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
-        assert!(parse(b"HTTP/1.1 abc OK\r\n\r\n").is_err());
-        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort").is_err());
-        assert!(parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
+    fn a_missing_or_empty_ca_file_is_named() {
+        let missing = TlsOptions {
+            ca: Some("/nonexistent/ca.pem".into()),
+            ..TlsOptions::default()
+        };
+        let e = tls_config(&missing).unwrap_err();
+        assert!(e.contains("--tls-ca /nonexistent/ca.pem"), "{e}");
+        let empty = std::env::temp_dir().join(format!("memkv-empty-ca-{}.pem", std::process::id()));
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let e = tls_config(&TlsOptions {
+            ca: Some(empty.clone()),
+            ..TlsOptions::default()
+        })
+        .unwrap_err();
+        assert!(e.contains("no CERTIFICATE"), "{e}");
+        std::fs::remove_file(empty).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_says_so() {
+        let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = unused.local_addr().unwrap().to_string();
+        drop(unused);
+        let client = AdminClient::new(&TlsOptions::default()).unwrap();
+        let e = client
+            .get(&address, "/v1/status", Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(e.contains(&format!("http://{address}/v1/status")), "{e}");
+        assert!(e.to_lowercase().contains("refused"), "{e}");
     }
 }

@@ -102,13 +102,25 @@ fn overrides(global: &GlobalArgs) -> impl Fn(&str) -> Option<String> + '_ {
 }
 
 async fn client_command(global: &GlobalArgs, command: Command) -> Result<(), Exit> {
-    if let Command::Admin(AdminCommand::Status { json, servers }) = command {
+    if let Command::Admin(AdminCommand::Status {
+        json,
+        servers,
+        https,
+        tls_ca,
+        insecure,
+    }) = command
+    {
+        let tls = http::TlsOptions {
+            https,
+            ca: tls_ca,
+            insecure,
+        };
         let servers = if servers.is_empty() {
             ClientConfig::servers_from_env_with(&overrides(global))?
         } else {
             servers
         };
-        return admin::status(servers, json, admin_deadline(global)?).await;
+        return admin::status(servers, json, admin_deadline(global)?, &tls).await;
     }
     let config = ClientConfig::from_env_with(&overrides(global))?;
     let client = Client::connect(config).await?;

@@ -274,3 +274,75 @@ async fn settings_come_from_the_config_file_then_env_then_flags() {
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A server whose admin API serves HTTPS with a self-signed certificate for 127.0.0.1 and
+/// localhost; returns it and the certificate's PEM file.
+async fn start_https_server(dir: &std::path::Path) -> (memkv_server::Server, std::path::PathBuf) {
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let (cert_path, key_path) = (dir.join("admin-cert.pem"), dir.join("admin-key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    for _ in 0..50 {
+        let data = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = data.local_addr().unwrap().port();
+        if port == u16::MAX || std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_err() {
+            continue;
+        }
+        drop(data);
+        let yaml = format!(
+            "network:\n  address: 127.0.0.1:{port}\n  auth_key: {KEY_HEX}\n  tls_cert: {}\n  tls_key: {}\nmemory:\n  max_size: 64 MiB\n",
+            cert_path.display(),
+            key_path.display()
+        );
+        let config =
+            memkv_server::config::ServerConfig::from_yaml_str(&yaml, "https test").unwrap();
+        if let Ok(server) = memkv_server::Server::start(config).await {
+            return (server, cert_path);
+        }
+    }
+    panic!("no free pair of adjacent loopback ports");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_status_speaks_https_trusting_a_ca_file_or_nothing() {
+    let dir = scratch("https-admin");
+    let (server, cert) = start_https_server(&dir).await;
+    let addr = server.data_addr().to_string();
+    let status = |extra: &[&str]| {
+        let mut cmd = memkv(&addr, KEY_HEX);
+        cmd.args(["admin", "status", "--json"]).args(extra);
+        cmd
+    };
+
+    let cert_arg = cert.display().to_string();
+    for trust in [vec!["--tls-ca", cert_arg.as_str()], vec!["--insecure"]] {
+        let o = run(status(&trust), None).await;
+        assert!(o.status.success(), "{trust:?}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v[0]["ok"], true, "{v}");
+        assert_eq!(v[0]["status"]["storage"]["mode"], "memory");
+    }
+
+    // The system's trust store does not know a self-signed certificate: refused, and said why.
+    let o = run(status(&["--https"]), None).await;
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let error = v[0]["error"].as_str().unwrap().to_lowercase();
+    assert!(
+        error.contains("https://") && error.contains("certificate"),
+        "{error}"
+    );
+
+    // Plain HTTP to an HTTPS listener fails too, naming the URL.
+    let o = run(status(&[]), None).await;
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v[0]["error"].as_str().unwrap().contains("http://"), "{v}");
+
+    // --tls-ca and --insecure do not go together.
+    let o = run(status(&["--tls-ca", &cert_arg, "--insecure"]), None).await;
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -60,3 +60,33 @@ pub fn scratch_dir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// `GET path` from the server's admin API; the body (panics on anything but 200).
+pub async fn admin_get(server: &Server, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(server.admin_addr())
+        .await
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: memkv\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{path}: {head}");
+    body.to_owned()
+}
+
+/// The sum of the series of `name` whose labels include every `name="value"` of `labels`.
+pub fn metric_sum(scrape: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -43,6 +43,8 @@ pub trait StatusSource: Send + Sync + 'static {
     fn status(&self) -> StatusReport;
     fn health(&self) -> HealthReport;
     fn readiness(&self) -> Readiness;
+    /// Brings gauges up to date just before `/v1/metrics` renders (capacity and the like).
+    fn sync_metrics(&self) {}
 }
 
 #[derive(Debug, thiserror::Error)]

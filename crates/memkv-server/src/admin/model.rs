@@ -89,6 +89,31 @@ pub struct StatusReport {
     pub connections: ConnectionStatus,
     pub transports: TransportStatus,
     pub rdma: RdmaStatus,
+    /// The authenticated client connections open now, oldest first.
+    pub clients: Vec<ClientStatus>,
+}
+
+/// One client connection in `GET /v1/status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClientStatus {
+    /// Numbered from 1 in connection order; unique while the server runs.
+    pub id: u64,
+    /// The client's address and port, e.g. `10.0.0.7:41234`.
+    pub peer: String,
+    /// How its values move: `tcp`, `rdma-rc` or `rdma-dc`.
+    pub transport: String,
+    /// The server's RDMA device it is served over; `None` for `tcp`.
+    pub device: Option<String>,
+    /// When it connected, seconds since the Unix epoch.
+    pub connected_at_unix: u64,
+    pub connected_secs: u64,
+    /// Operations served so far.
+    pub ops: u64,
+    /// Value bytes it stored (TCP payloads, or values committed after an RDMA WRITE).
+    pub bytes_in: u64,
+    /// Value bytes it fetched (TCP payloads, or values looked up for an RDMA READ).
+    pub bytes_out: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +133,10 @@ pub struct StorageStatus {
     pub raw_bytes_total: u64,
     pub usable_bytes_total: u64,
     pub used_bytes_total: u64,
+    /// `usable_bytes_total - used_bytes_total`.
+    pub free_bytes_total: u64,
+    /// Sum of the stored values' lengths.
+    pub value_bytes_total: u64,
     /// Blocks stored now.
     pub blocks: u64,
     pub evictions: u64,
@@ -131,6 +160,8 @@ pub struct ConnectionStatus {
     pub current: u64,
     pub total: u64,
     pub auth_failures: u64,
+    /// Authenticated clients by transport (`tcp`, `rdma-rc`, `rdma-dc`), from `clients`.
+    pub by_transport: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -46,7 +46,8 @@ async fn status(State(source): State<Source>) -> Response {
     Json(source.status()).into_response()
 }
 
-async fn metrics() -> Response {
+async fn metrics(State(source): State<Source>) -> Response {
+    source.sync_metrics();
     (
         [(
             header::CONTENT_TYPE,

@@ -48,11 +48,30 @@ pub struct ServerConfig {
     key_lines: KeyLines,
 }
 
+/// The environment variable a server takes its auth key from when `network.auth_key` is not
+/// set (the clients' variable: one exported key serves both).
+pub const AUTH_KEY_ENV: &str = "MEMKV_AUTH_KEY";
+
 /// Where the server's auth key came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthKeySource {
+    /// `network.auth_key` in the configuration.
     Config,
-    KeyFile { path: PathBuf, created: bool },
+    /// The `MEMKV_AUTH_KEY` environment variable.
+    Env,
+    KeyFile {
+        path: PathBuf,
+        created: bool,
+    },
+}
+
+/// Why no auth key could be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveKeyError {
+    #[error("{AUTH_KEY_ENV}: {0}")]
+    Env(AuthKeyError),
+    #[error(transparent)]
+    KeyFile(#[from] KeyFileError),
 }
 
 impl ServerConfig {
@@ -110,8 +129,9 @@ impl ServerConfig {
         Ok(config)
     }
 
-    /// The configured key, or the key in [`default_key_file_path`] (created on first use).
-    pub fn resolve_auth_key(&self) -> Result<(AuthKey, AuthKeySource), KeyFileError> {
+    /// The server's auth key, first of: `network.auth_key`; `MEMKV_AUTH_KEY`; the key in
+    /// [`default_key_file_path`] (created on first use).
+    pub fn resolve_auth_key(&self) -> Result<(AuthKey, AuthKeySource), ResolveKeyError> {
         self.resolve_auth_key_at(&default_key_file_path())
     }
 
@@ -119,9 +139,32 @@ impl ServerConfig {
     pub fn resolve_auth_key_at(
         &self,
         key_file: &Path,
-    ) -> Result<(AuthKey, AuthKeySource), KeyFileError> {
+    ) -> Result<(AuthKey, AuthKeySource), ResolveKeyError> {
+        let env = std::env::var(AUTH_KEY_ENV).ok();
+        self.resolve_auth_key_with(env.as_deref(), key_file)
+    }
+
+    /// As [`Self::resolve_auth_key_at`] with `env_key` standing for `MEMKV_AUTH_KEY`'s value.
+    /// An explicit `network.auth_key` wins over the variable (a warning says so when they
+    /// differ); the variable wins over the key file, which is then not read or created.
+    pub fn resolve_auth_key_with(
+        &self,
+        env_key: Option<&str>,
+        key_file: &Path,
+    ) -> Result<(AuthKey, AuthKeySource), ResolveKeyError> {
+        let env_key = env_key.map(str::trim).filter(|k| !k.is_empty());
         if let Some(key) = &self.network.auth_key {
+            if env_key.is_some_and(|k| !k.eq_ignore_ascii_case(&key.to_hex())) {
+                tracing::warn!(
+                    "{AUTH_KEY_ENV} is set but differs from network.auth_key in {}; using network.auth_key",
+                    self.source_name
+                );
+            }
             return Ok((key.clone(), AuthKeySource::Config));
+        }
+        if let Some(hex) = env_key {
+            let key = AuthKey::from_hex(hex).map_err(ResolveKeyError::Env)?;
+            return Ok((key, AuthKeySource::Env));
         }
         let (key, created) = load_or_create_key_file(key_file)?;
         Ok((

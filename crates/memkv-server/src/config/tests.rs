@@ -439,11 +439,45 @@ fn configured_auth_key_is_used_without_touching_key_files() {
 }
 
 #[test]
+fn memkv_auth_key_comes_after_the_config_and_before_the_key_file() {
+    const OTHER: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+    let absent = std::path::Path::new("/nonexistent/memkv/auth_key");
+    let config = ServerConfig::embedded_default();
+    let (key, source) = config.resolve_auth_key_with(Some(OTHER), absent).unwrap();
+    assert_eq!(
+        (key.to_hex(), source),
+        (OTHER.to_owned(), AuthKeySource::Env)
+    );
+    let configured = parse(&format!("network:\n  auth_key: {KEY}\n")).unwrap();
+    let (key, source) = configured
+        .resolve_auth_key_with(Some(OTHER), absent)
+        .unwrap();
+    assert_eq!(
+        (key.to_hex(), source),
+        (KEY.to_owned(), AuthKeySource::Config)
+    );
+    let e = config
+        .resolve_auth_key_with(Some("abc"), absent)
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("MEMKV_AUTH_KEY:"), "{e}");
+    // Empty is unset: the key file is used.
+    let dir = std::env::temp_dir().join(format!("memkv-config-env-key-{}", std::process::id()));
+    let key_file = dir.join("memkv/auth_key");
+    let (_, source) = config.resolve_auth_key_with(Some(" "), &key_file).unwrap();
+    assert!(matches!(
+        source,
+        AuthKeySource::KeyFile { created: true, .. }
+    ));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
 fn missing_auth_key_uses_and_reuses_the_key_file() {
     let dir = std::env::temp_dir().join(format!("memkv-config-key-{}", std::process::id()));
     let key_file = dir.join("memkv/auth_key");
     let config = ServerConfig::embedded_default();
-    let (first, source) = config.resolve_auth_key_at(&key_file).unwrap();
+    let (first, source) = config.resolve_auth_key_with(None, &key_file).unwrap();
     assert_eq!(
         source,
         AuthKeySource::KeyFile {
@@ -451,7 +485,7 @@ fn missing_auth_key_uses_and_reuses_the_key_file() {
             created: true
         }
     );
-    let (second, source) = config.resolve_auth_key_at(&key_file).unwrap();
+    let (second, source) = config.resolve_auth_key_with(None, &key_file).unwrap();
     assert_eq!(second, first);
     assert!(matches!(
         source,

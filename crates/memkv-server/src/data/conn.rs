@@ -14,8 +14,9 @@ use tokio::sync::{Semaphore, mpsc, watch};
 
 use super::dispatch::{execute, store_status};
 use super::writer::{self, Body, Outgoing, Outstanding};
+use crate::clients::{ClientEntry, ClientGuard};
 use crate::config::StorageMode;
-use crate::metrics::{Transport, record_op};
+use crate::metrics::{RefusalReason, Transport, record_op, record_refusal};
 use crate::state::Shared;
 
 /// From accept to Ready sent (docs/protocol.md, Handshake).
@@ -48,6 +49,9 @@ pub async fn serve(
     {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
+            if let super::handshake::HandshakeError::Refused(refusal) = &e {
+                record_refusal(RefusalReason::of(refusal));
+            }
             if matches!(
                 &e,
                 super::handshake::HandshakeError::Refused(ProtoError::Unauthorized(_))
@@ -62,6 +66,7 @@ pub async fn serve(
             return;
         }
     };
+    let client = shared.clients.register(peer);
     let (read, write) = stream.into_split();
     let (tx, rx) = mpsc::channel(RESPONSE_QUEUE);
     let outstanding = Arc::new(Outstanding::default());
@@ -81,6 +86,7 @@ pub async fn serve(
         tx,
         peer,
         queue_pairs: Vec::new(),
+        client,
     };
     let ended = conn.read_loop(shutdown).await;
     match &ended {
@@ -121,6 +127,8 @@ struct Connection {
     peer: SocketAddr,
     /// RDMA queue pairs this client connected; they live as long as the connection.
     queue_pairs: Vec<Arc<memkv_rdma::RcQueuePair>>,
+    /// Lists the connection in `/v1/status` while it is open.
+    client: ClientGuard,
 }
 
 /// Why the read loop ended.
@@ -223,7 +231,7 @@ impl Connection {
                 // is still in step. That request fails; the connection stays.
                 Err(e @ ProtoError::ChecksumMismatch { .. }) => {
                     let out = Outgoing::error(&header, e.status(), &e.to_string());
-                    record(&out, &header, started);
+                    record(&self.shared, &self.client.entry, &out, &header, started);
                     self.send(out).await?;
                     continue;
                 }
@@ -233,12 +241,12 @@ impl Connection {
                 let out = super::connect::connect_rdma(
                     &self.shared,
                     &mut self.queue_pairs,
-                    self.peer,
+                    &self.client.entry,
                     &header,
                     &payload,
                 )
                 .await;
-                record(&out, &header, started);
+                record(&self.shared, &self.client.entry, &out, &header, started);
                 self.send(out).await?;
                 continue;
             }
@@ -298,7 +306,7 @@ impl Connection {
             Ok(()) => Outgoing::new(header, Status::Ok, Body::Empty),
             Err(e) => Outgoing::error(header, store_status(&e), &e.to_string()),
         };
-        record(&out, header, started);
+        record(&self.shared, &self.client.entry, &out, header, started);
         Ok(Some(out))
     }
 
@@ -313,18 +321,19 @@ impl Connection {
         if self.shared.config.storage.mode == StorageMode::Memory {
             let mut out = execute(&self.shared, &header, &key, payload);
             out._permit = Some(permit);
-            record(&out, &header, started);
+            record(&self.shared, &self.client.entry, &out, &header, started);
             return self.send(out).await;
         }
         // File mode blocks on disk: run it off the runtime and let it complete out of order.
         let shared = Arc::clone(&self.shared);
+        let client = Arc::clone(&self.client.entry);
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let done = tokio::task::spawn_blocking(move || {
                 let mut out = execute(&shared, &header, &key, payload);
                 shared.sync_store_metrics();
                 out._permit = Some(permit);
-                record(&out, &header, started);
+                record(&shared, &client, &out, &header, started);
                 out
             })
             .await;
@@ -345,6 +354,7 @@ impl Connection {
         if e.status() == Status::Unauthorized {
             self.shared.auth_failed();
         }
+        record_refusal(RefusalReason::of(&e));
         tracing::info!(peer = %self.peer, opcode = raw[5], error = %e, "refusing frame");
         let _ = self
             .send(Outgoing::refusal(raw, e.status(), &e.to_string()))
@@ -353,13 +363,35 @@ impl Connection {
     }
 }
 
-fn record(out: &Outgoing, request: &Header, started: Instant) {
-    let transport = Transport::of(request.opcode);
-    // An RDMA client's frames carry control fields, not values: its bytes are not counted.
-    let (bytes_in, bytes_out) = match transport {
-        Transport::Tcp => (u64::from(request.payload_len), out.payload_len()),
-        Transport::Rdma => (0, 0),
-    };
+/// Counts a finished operation in the metrics and in its client's entry, under the transport
+/// its value moved over.
+fn record(
+    shared: &Shared,
+    client: &ClientEntry,
+    out: &Outgoing,
+    request: &Header,
+    started: Instant,
+) {
+    let (transport, bytes_in, bytes_out) =
+        if !Transport::is_rdma_control(request.opcode) || shared.rdma.serving.is_none() {
+            (
+                Transport::Tcp,
+                u64::from(request.payload_len),
+                out.payload_len(),
+            )
+        } else if request.opcode == Opcode::Connect {
+            // RC or DC after a Connect that succeeded; a refused one leaves the client on TCP.
+            (client.transport(), 0, 0)
+        } else {
+            // The frames carry control fields; the value moved one-sided.
+            let kind = shared.clients.rdma_kind(client);
+            match request.opcode {
+                Opcode::Commit => (kind, out.rdma_value_bytes, 0),
+                Opcode::Lookup => (kind, 0, out.rdma_value_bytes),
+                _ => (kind, 0, 0),
+            }
+        };
+    client.record(bytes_in, bytes_out);
     record_op(
         request.opcode.name(),
         transport,

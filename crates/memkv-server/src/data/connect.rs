@@ -2,13 +2,14 @@
 //! comes in; this side's goes out: an RC queue pair built for the client, or the device's DC
 //! target for a DC-capable client.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use memkv_proto::{Header, Status};
 use memkv_rdma::RcQueuePair;
 
 use super::writer::{Body, Outgoing};
+use crate::clients::ClientEntry;
+use crate::metrics::Transport;
 use crate::state::Shared;
 
 /// Queue pairs one connection may hold (a client uses one per rail).
@@ -20,10 +21,11 @@ pub(super) const MAX_QUEUE_PAIRS: usize = 8;
 pub(super) async fn connect_rdma(
     shared: &Shared,
     queue_pairs: &mut Vec<Arc<RcQueuePair>>,
-    client: SocketAddr,
+    entry: &ClientEntry,
     h: &Header,
     payload: &[u8],
 ) -> Outgoing {
+    let client = entry.peer;
     let Some(serving) = &shared.rdma.serving else {
         let reason = shared
             .rdma
@@ -69,6 +71,7 @@ pub(super) async fn connect_rdma(
                     ..local
                 };
                 tracing::debug!(peer = %client, dct = target.dct_num(), "RDMA connect: DC");
+                shared.clients.connected_rdma(entry, Transport::RdmaDc);
                 Outgoing::new(h, Status::Ok, Body::Owned(local.encode()))
             }
             Err(e) => Outgoing::error(h, Status::Unsupported, &e.to_string()),
@@ -93,5 +96,6 @@ pub(super) async fn connect_rdma(
         return Outgoing::error(h, Status::BadRequest, &format!("RDMA connect refused: {e}"));
     }
     queue_pairs.push(qp);
+    shared.clients.connected_rdma(entry, Transport::RdmaRc);
     Outgoing::new(h, Status::Ok, Body::Owned(local.encode()))
 }

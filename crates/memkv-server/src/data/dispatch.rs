@@ -124,10 +124,16 @@ pub fn execute(shared: &Shared, h: &Header, key: &[u8], payload: Vec<u8>) -> Out
         },
         Opcode::Allocate => allocate(shared, h, key, &payload),
         Opcode::Commit => match CommitRequest::decode(&payload) {
-            Ok(r) => match store.commit_id(r.reservation, r.checksum) {
-                Ok(()) => ok(h, Body::Empty),
-                Err(e) => fail(h, &e),
-            },
+            Ok(r) => {
+                let len = store.parked_len(r.reservation).unwrap_or(0);
+                match store.commit_id(r.reservation, r.checksum) {
+                    Ok(()) => Outgoing {
+                        rdma_value_bytes: len,
+                        ..ok(h, Body::Empty)
+                    },
+                    Err(e) => fail(h, &e),
+                }
+            }
             Err(e) => bad(h, &e),
         },
         Opcode::Abort => match AbortRequest::decode(&payload) {
@@ -206,7 +212,7 @@ fn lookup(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing {
     match shared.store.lookup(key, granted) {
         Ok(Some(p)) => {
             let (addr, rkey) = remote(shared, Some(p.arena_offset));
-            ok(
+            let out = ok(
                 h,
                 Body::Owned(
                     LookupResponse {
@@ -219,7 +225,11 @@ fn lookup(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing {
                     }
                     .encode(),
                 ),
-            )
+            );
+            Outgoing {
+                rdma_value_bytes: p.len,
+                ..out
+            }
         }
         Ok(None) => Outgoing::error(h, Status::NotFound, "no such key"),
         Err(e) => fail(h, &e),

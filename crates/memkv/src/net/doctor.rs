@@ -86,7 +86,9 @@ fn server_rails(server: &str, deadline: Duration) -> Result<Vec<Rail>, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the HTTP client: {e}"))?;
-    let response = runtime.block_on(http::get(&admin, "/v1/status", deadline))?;
+    // Plain HTTP, as doctor's --server takes no TLS options.
+    let client = http::AdminClient::new(&http::TlsOptions::default())?;
+    let response = runtime.block_on(client.get(&admin, "/v1/status", deadline))?;
     if response.status != 200 {
         return Err(format!(
             "{admin}/v1/status answered HTTP {}",
