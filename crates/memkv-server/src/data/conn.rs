@@ -49,15 +49,7 @@ pub async fn serve(
     {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            if let super::handshake::HandshakeError::Refused(refusal) = &e {
-                record_refusal(RefusalReason::of(refusal));
-            }
-            if matches!(
-                &e,
-                super::handshake::HandshakeError::Refused(ProtoError::Unauthorized(_))
-            ) {
-                shared.auth_failed();
-            }
+            // Refusals are counted (and auth failures noted) where they are sent.
             tracing::info!(%peer, error = %e, "handshake failed");
             return;
         }

@@ -54,7 +54,7 @@ pub async fn accept(shared: &Shared, stream: &mut TcpStream) -> Result<Session, 
     loop {
         let frame = match read_frame(stream).await? {
             Ok(f) => f,
-            Err((raw, e)) => return Err(refuse(stream, &raw, e).await),
+            Err((raw, e)) => return Err(refuse(shared, stream, &raw, e).await),
         };
         match machine.on_frame(&frame) {
             Ok(Step::Send(bytes)) => stream.write_all(&bytes).await?,
@@ -64,18 +64,23 @@ pub async fn accept(shared: &Shared, stream: &mut TcpStream) -> Result<Session, 
                 }
                 return Ok(session);
             }
-            Err(e) => return Err(refuse(stream, &frame.raw_header, e).await),
+            Err(e) => return Err(refuse(shared, stream, &frame.raw_header, e).await),
         }
     }
 }
 
 /// Every refusal is a frame, even for a header that does not decode; then the connection
-/// closes.
+/// closes. It is counted before the linger, so metrics show it as soon as the peer sees it.
 async fn refuse(
+    shared: &Shared,
     stream: &mut TcpStream,
     request: &[u8; HEADER_LEN],
     e: ProtoError,
 ) -> HandshakeError {
+    crate::metrics::record_refusal(crate::metrics::RefusalReason::of(&e));
+    if matches!(e, ProtoError::Unauthorized(_)) {
+        shared.auth_failed();
+    }
     let _ = stream.write_all(&encode_refusal_of(request, &e)).await;
     let _ = stream.shutdown().await;
     // Read what the peer already sent (briefly, and not much: it is not authenticated), so
