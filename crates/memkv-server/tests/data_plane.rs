@@ -8,6 +8,7 @@ mod support;
 use memkv_proto::{AuthKey, Header, Limits, Opcode, ProtoError, Status, batch, checksum};
 use memkv_server::Server;
 use memkv_server::config::ServerConfig;
+use support::http_get;
 use support::raw::{connect, read_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -357,25 +358,6 @@ async fn two_phase_put_and_pinned_lookup_over_tcp_control() {
     assert_eq!(status, Status::Unsupported);
     assert!(String::from_utf8_lossy(&msg).contains("RDMA"));
     server.shutdown().await.unwrap();
-}
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: memkv\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let code = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (code, body)
 }
 
 fn counter(metrics: &str, op: &str) -> f64 {

@@ -9,6 +9,7 @@ use memkv_proto::{AuthKey, Opcode, Status};
 use memkv_server::Server;
 use memkv_server::config::ServerConfig;
 use memkv_server::metrics;
+use support::http_get;
 use support::raw::connect;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -20,25 +21,6 @@ fn config() -> ServerConfig {
         "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 64 MiB\n  prefault: false\nrdma:\n  enabled: false\n"
     );
     ServerConfig::from_yaml_str(&yaml, "test").expect("valid test config")
-}
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: memkv\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let code = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (code, body)
 }
 
 /// The value of the series whose line starts with `series` (name and labels, in order).
