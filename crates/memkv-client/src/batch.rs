@@ -6,6 +6,7 @@ use memkv_proto::batch;
 use memkv_proto::{Opcode, ProtoError, Status};
 
 use crate::destination::copy_into;
+use crate::local::routes::ItemDest;
 use crate::plan::{
     BATCH_PREFIX, Chunk, GET_ITEM_ANSWER_HEADER, KEY_ITEM_HEADER, PUT_ITEM_HEADER, Planned,
     SINGLE_VALUE_MIN,
@@ -66,6 +67,27 @@ impl Client {
 
     /// Stores every `(key, value)`; one result per item, in order.
     pub async fn put_batch<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        items: &[(K, V)],
+    ) -> Vec<Result<()>> {
+        let mut out = self.put_batch_local("put_batch", items).await;
+        let rest: Vec<usize> = (0..items.len()).filter(|&i| out[i].is_none()).collect();
+        if !rest.is_empty() {
+            let pairs: Vec<(&[u8], &[u8])> = rest
+                .iter()
+                .map(|&i| (items[i].0.as_ref(), items[i].1.as_ref()))
+                .collect();
+            for (&i, r) in rest.iter().zip(self.put_batch_remote(&pairs).await) {
+                out[i] = Some(r);
+            }
+        }
+        out.into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect()
+    }
+
+    /// [`Client::put_batch`] over RDMA or TCP.
+    async fn put_batch_remote<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         &self,
         items: &[(K, V)],
     ) -> Vec<Result<()>> {
@@ -246,6 +268,32 @@ impl Client {
     /// The value of each key (`None` when absent); one result per key, in order. A value the
     /// server could not fit in a batch answer (`TooLarge`) is fetched on its own.
     pub async fn get_batch<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Vec<u8>>>> {
+        let mut vecs: Vec<Vec<u8>> = keys.iter().map(|_| Vec::new()).collect();
+        let local = self
+            .get_batch_local(
+                "get_batch",
+                keys,
+                vecs.iter_mut().map(ItemDest::Vec).collect(),
+            )
+            .await;
+        if local.iter().all(Option::is_none) {
+            return self.get_batch_remote(keys).await;
+        }
+        let rest: Vec<usize> = (0..keys.len()).filter(|&i| local[i].is_none()).collect();
+        let rest_keys: Vec<&[u8]> = rest.iter().map(|&i| keys[i].as_ref()).collect();
+        let mut remote = self.get_batch_remote(&rest_keys).await.into_iter();
+        local
+            .into_iter()
+            .zip(vecs)
+            .map(|(served, v)| match served {
+                Some(r) => r.map(|len| len.map(|_| v)),
+                None => remote.next().expect("one answer per key sent on"),
+            })
+            .collect()
+    }
+
+    /// [`Client::get_batch`] over RDMA or TCP.
+    async fn get_batch_remote<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Vec<u8>>>> {
         let mut out: Vec<Option<Result<Option<Vec<u8>>>>> = (0..keys.len()).map(|_| None).collect();
         let chunks = self.plan_keys(keys, &mut out);
         let rdma = self.rdma();
@@ -303,6 +351,45 @@ impl Client {
         bufs: &mut [B],
     ) -> Vec<Result<Option<usize>>> {
         assert_eq!(keys.len(), bufs.len(), "get_batch_into: one buffer per key");
+        let mut local = self
+            .get_batch_local(
+                "get_batch",
+                keys,
+                bufs.iter_mut()
+                    .map(|b| ItemDest::Slice(b.as_mut()))
+                    .collect(),
+            )
+            .await;
+        if local.iter().any(Option::is_some) {
+            let rest: Vec<usize> = (0..keys.len()).filter(|&i| local[i].is_none()).collect();
+            if !rest.is_empty() {
+                let rest_keys: Vec<&[u8]> = rest.iter().map(|&i| keys[i].as_ref()).collect();
+                let mut rest_bufs: Vec<&mut [u8]> = Vec::with_capacity(rest.len());
+                let mut wanted = rest.iter().peekable();
+                for (i, b) in bufs.iter_mut().enumerate() {
+                    if wanted.next_if(|&&w| w == i).is_some() {
+                        rest_bufs.push(b.as_mut());
+                    }
+                }
+                let results = self.get_batch_into_remote(&rest_keys, &mut rest_bufs).await;
+                for (&i, r) in rest.iter().zip(results) {
+                    local[i] = Some(r);
+                }
+            }
+            return local
+                .into_iter()
+                .map(|r| r.expect("every key answered"))
+                .collect();
+        }
+        self.get_batch_into_remote(keys, bufs).await
+    }
+
+    /// [`Client::get_batch_into`] over RDMA or TCP.
+    async fn get_batch_into_remote<K: AsRef<[u8]>, B: AsMut<[u8]>>(
+        &self,
+        keys: &[K],
+        bufs: &mut [B],
+    ) -> Vec<Result<Option<usize>>> {
         if self.rdma().is_some() {
             // The RDMA path lands values in registered staging first; copy from there.
             let values = self.get_batch(keys).await;

@@ -8,6 +8,7 @@ use memkv_proto::{Limits, Opcode};
 
 use crate::config::ClientConfig;
 use crate::conn::{CLIENT_LIMITS, CallError, Response, Sink};
+use crate::local::LocalPath;
 use crate::pool::ServerPool;
 use crate::rdma::RdmaPath;
 use crate::{Error, Result};
@@ -28,6 +29,8 @@ pub(crate) struct Inner {
     pub rdma: Option<RdmaPath>,
     /// Why there is no RDMA path (`transport tcp`, or the `auto` start-up fallback).
     pub rdma_unavailable: Option<String>,
+    /// Servers on this host, reached through their shared arena (`auto` and `shm`).
+    pub local: Option<LocalPath>,
     pub placement: Placement,
     pub pools: Vec<ServerPool>,
     pub limits: Limits,
@@ -83,6 +86,7 @@ impl Client {
             inner: Arc::new(Inner {
                 rdma,
                 rdma_unavailable,
+                local: LocalPath::new(&config),
                 placement: Placement::new(&config.servers),
                 pools,
                 limits: CLIENT_LIMITS,

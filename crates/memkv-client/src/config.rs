@@ -30,14 +30,18 @@ pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 /// How bulk bytes move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
-    /// RDMA when a rail can be used (DC on mlx5 devices, RC elsewhere), else TCP; the first
-    /// RDMA failure switches the process to TCP (logged once at WARN).
+    /// Shared memory with servers on this host, RDMA when a rail can be used (DC on mlx5
+    /// devices, RC elsewhere), else TCP; the first RDMA failure switches the process to TCP
+    /// (logged once at WARN).
     #[default]
     Auto,
     /// TCP only.
     Tcp,
     /// RDMA only: errors reach the caller.
     Rdma,
+    /// Servers on this host through their shared arena only (no RDMA, no TCP for values):
+    /// errors reach the caller. `auto` uses shared memory wherever a server offers it.
+    Shm,
 }
 
 impl Transport {
@@ -46,8 +50,9 @@ impl Transport {
             "auto" => Ok(Transport::Auto),
             "tcp" => Ok(Transport::Tcp),
             "rdma" => Ok(Transport::Rdma),
+            "shm" => Ok(Transport::Shm),
             other => Err(Error::Config(format!(
-                "{origin}: unknown transport {other:?}; expected auto, tcp or rdma"
+                "{origin}: unknown transport {other:?}; expected auto, tcp, rdma or shm"
             ))),
         }
     }

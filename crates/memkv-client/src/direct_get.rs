@@ -7,6 +7,7 @@ use crate::client::Request;
 use crate::conn::Sink;
 use crate::destination::copy_into;
 use crate::destination::{ReadDestination, unbox};
+use crate::local::routes::ItemDest;
 use crate::plan::SINGLE_VALUE_MIN;
 use crate::{Client, Result};
 
@@ -31,6 +32,12 @@ impl Client {
     ) -> (Result<Option<usize>>, Option<D>) {
         if let Err(e) = self.check_key(key) {
             return (Err(e), Some(dest));
+        }
+        if let Some(done) = self
+            .get_local(key, ItemDest::Slice(dest.as_mut_bytes()))
+            .await
+        {
+            return (done, Some(dest));
         }
         if self.rdma().is_some() {
             // RDMA lands values in registered staging memory; from there they are copied.
@@ -79,6 +86,44 @@ impl Client {
         dests: Vec<D>,
     ) -> (Vec<Result<Option<usize>>>, Vec<Option<D>>) {
         assert_eq!(keys.len(), dests.len(), "one destination per key");
+        let mut dests: Vec<D> = dests;
+        let mut out = self
+            .get_batch_local(
+                "get_batch",
+                keys,
+                dests
+                    .iter_mut()
+                    .map(|d| ItemDest::Slice(d.as_mut_bytes()))
+                    .collect(),
+            )
+            .await;
+        let mut dests: Vec<Option<D>> = dests.into_iter().map(Some).collect();
+        let rest: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
+        if !rest.is_empty() {
+            let rest_keys: Vec<&[u8]> = rest.iter().map(|&i| keys[i].as_ref()).collect();
+            let rest_dests: Vec<D> = rest
+                .iter()
+                .map(|&i| dests[i].take().expect("each destination is taken once"))
+                .collect();
+            let (results, back) = self.get_batch_into_owned(&rest_keys, rest_dests).await;
+            for ((&i, r), d) in rest.iter().zip(results).zip(back) {
+                out[i] = Some(r);
+                dests[i] = d;
+            }
+        }
+        let results = out
+            .into_iter()
+            .map(|r| r.expect("every key answered"))
+            .collect();
+        (results, dests)
+    }
+
+    /// [`Client::get_batch_into_destinations`] over RDMA or TCP.
+    async fn get_batch_into_owned<K: AsRef<[u8]>, D: ReadDestination>(
+        &self,
+        keys: &[K],
+        dests: Vec<D>,
+    ) -> (Vec<Result<Option<usize>>>, Vec<Option<D>>) {
         let mut dests: Vec<Option<D>> = dests.into_iter().map(Some).collect();
         if self.rdma().is_some() {
             let mut lent: Vec<Lent<'_, D>> = dests.iter_mut().flatten().map(Lent).collect();

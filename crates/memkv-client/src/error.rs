@@ -69,6 +69,10 @@ pub enum Error {
     /// An RDMA transfer or queue-pair setup with one server failed.
     #[error("RDMA with server {server}: {reason}")]
     Rdma { server: String, reason: String },
+    /// The same-host transport with one server failed: it could not be attached (under
+    /// `transport: shm`), or a copy through its mapped arena did not hold up.
+    #[error("shared memory with server {server}: {reason}")]
+    SharedMemory { server: String, reason: String },
     /// A key, value or batch exceeds a protocol limit; nothing was sent.
     #[error("{what} of {len} bytes exceeds the limit of {limit}")]
     TooLarge {
@@ -92,7 +96,8 @@ impl Error {
             | Error::Server { server, .. }
             | Error::Protocol { server, .. }
             | Error::Disconnected { server, .. }
-            | Error::Rdma { server, .. } => Some(server),
+            | Error::Rdma { server, .. }
+            | Error::SharedMemory { server, .. } => Some(server),
             Error::Config(_)
             | Error::Io { .. }
             | Error::TooLarge { .. }

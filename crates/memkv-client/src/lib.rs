@@ -29,6 +29,7 @@ mod conn;
 mod destination;
 mod direct_get;
 mod error;
+mod local;
 pub mod metrics;
 mod ops;
 mod plan;

@@ -29,6 +29,7 @@ pub fn outcome(result: &Result<(), &Error>) -> &'static str {
         Err(Error::Protocol { .. }) => "protocol_error",
         Err(Error::Disconnected { .. }) => "disconnected",
         Err(Error::Rdma { .. } | Error::RdmaUnavailable { .. }) => "rdma_error",
+        Err(Error::SharedMemory { .. }) => "shared_memory_error",
         Err(
             Error::Config(_)
             | Error::Io { .. }

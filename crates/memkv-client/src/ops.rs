@@ -1,5 +1,6 @@
-//! Single-key operations: over RDMA when the client has it (falling back to TCP as `auto`
-//! says), else one TCP request each; plus ping and stats.
+//! Single-key operations: through shared memory for servers on this host, over RDMA when the
+//! client has it (falling back to TCP as `auto` says), else one TCP request each; plus ping
+//! and stats.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use memkv_proto::{Opcode, ProtoError, Status};
 use crate::client::Client;
 use crate::conn::Response;
 use crate::destination::copy_into;
+use crate::local::routes::ItemDest;
 use crate::{Error, Result};
 
 impl Client {
@@ -20,6 +22,9 @@ impl Client {
     pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.check_key(key)?;
         self.check_value(value)?;
+        if let Some(done) = self.put_local(key, value).await {
+            return done;
+        }
         let index = self.owner_index(key);
         if let Some(rdma) = self.rdma() {
             match self.put_rdma(rdma, index, key, value).await {
@@ -54,6 +59,9 @@ impl Client {
     /// capacity); returns whether the key exists. On error `buf` is left empty.
     pub async fn get_into(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
         self.check_key(key)?;
+        if let Some(done) = self.get_local(key, ItemDest::Vec(buf)).await {
+            return done.map(|len| len.is_some());
+        }
         let index = self.owner_index(key);
         if let Some(rdma) = self.rdma() {
             match self.get_rdma(rdma, index, key, buf).await {
@@ -89,6 +97,10 @@ impl Client {
     /// Reads the value under `key` into the front of `buf`; returns its length, `None` when
     /// the key is absent, or [`Error::BufferTooSmall`] when it does not fit.
     pub async fn get_into_slice(&self, key: &[u8], buf: &mut [u8]) -> Result<Option<usize>> {
+        self.check_key(key)?;
+        if let Some(done) = self.get_local(key, ItemDest::Slice(&mut *buf)).await {
+            return done;
+        }
         let mut value = Vec::new();
         if !self.get_into(key, &mut value).await? {
             return Ok(None);

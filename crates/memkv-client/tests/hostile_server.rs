@@ -51,6 +51,8 @@ async fn read_request(s: &mut TcpStream, session: &mut Session) -> (Header, Vec<
 
 async fn client_for(addr: SocketAddr) -> Client {
     let mut config = ClientConfig::new([addr.to_string()], common::key());
+    // The scripted server speaks TCP frames only (no LocalAttach).
+    config.transport = memkv_client::Transport::Tcp;
     config.num_connections = 1;
     config.timeout = Duration::from_secs(5);
     Client::connect(config).await.unwrap()

@@ -10,6 +10,7 @@ async fn a_tcp_clients_connections_ops_and_bytes_show_in_status_and_metrics() {
     let server = common::start("rdma:\n  enabled: false\n").await;
     let mut config = common::client_config(&[&server]);
     config.num_connections = 2;
+    config.transport = memkv_client::Transport::Tcp;
     let client = memkv_client::Client::connect(config).await.unwrap();
     let before = common::admin_get(&server, "/v1/metrics").await;
     let value = common::pattern(64 << 10, 1);

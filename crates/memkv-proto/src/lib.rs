@@ -25,6 +25,7 @@ pub mod fuzzing;
 mod handshake;
 mod header;
 mod limits;
+pub mod local;
 pub mod messages;
 mod opcode;
 pub mod placement;

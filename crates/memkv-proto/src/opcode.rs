@@ -20,6 +20,9 @@ pub enum Opcode {
     Connect = 0x06,
     /// Server storage counters.
     Stats = 0x07,
+    /// Same-host transport bootstrap: a one-time token for collecting the arena's memfd over
+    /// the server's Unix socket (a memkv extension; MemKV has no code for it).
+    LocalAttach = 0x08,
     /// Does the key exist (committed)?
     Exists = 0x10,
     /// Remove a key (control-plane form; same semantics as `TcpDelete`).
@@ -52,7 +55,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, for tests and documentation.
-    pub const ALL: [Opcode; 21] = [
+    pub const ALL: [Opcode; 22] = [
         Opcode::Hello,
         Opcode::Challenge,
         Opcode::Proof,
@@ -60,6 +63,7 @@ impl Opcode {
         Opcode::Ping,
         Opcode::Connect,
         Opcode::Stats,
+        Opcode::LocalAttach,
         Opcode::Exists,
         Opcode::Delete,
         Opcode::Allocate,
@@ -96,6 +100,7 @@ impl Opcode {
             Opcode::Ping => "Ping",
             Opcode::Connect => "Connect",
             Opcode::Stats => "Stats",
+            Opcode::LocalAttach => "LocalAttach",
             Opcode::Exists => "Exists",
             Opcode::Delete => "Delete",
             Opcode::Allocate => "Allocate",

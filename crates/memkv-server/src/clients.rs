@@ -20,12 +20,14 @@ use crate::metrics::Transport;
 const TCP: u8 = 0;
 const RDMA_RC: u8 = 1;
 const RDMA_DC: u8 = 2;
+const SHM: u8 = 3;
 
 fn encode(t: Transport) -> u8 {
     match t {
         Transport::Tcp => TCP,
         Transport::RdmaRc => RDMA_RC,
         Transport::RdmaDc => RDMA_DC,
+        Transport::Shm => SHM,
     }
 }
 
@@ -33,6 +35,7 @@ fn decode(v: u8) -> Transport {
     match v {
         RDMA_RC => Transport::RdmaRc,
         RDMA_DC => Transport::RdmaDc,
+        SHM => Transport::Shm,
         _ => Transport::Tcp,
     }
 }
@@ -110,17 +113,19 @@ impl ClientRegistry {
         }
     }
 
-    /// Records that `client` set up RDMA of this kind (a successful Connect).
-    pub fn connected_rdma(&self, client: &ClientEntry, kind: Transport) {
+    /// Records that `client` set up a one-sided transport of this kind (a successful Connect,
+    /// or LocalAttach).
+    pub fn connected_one_sided(&self, client: &ClientEntry, kind: Transport) {
         client.transport.store(encode(kind), Ordering::Relaxed);
     }
 
-    /// The transport an RDMA control message on `client`'s connection is served over: the
-    /// connection's own RDMA kind, else that of a connection from the same host that did
-    /// Connect, else RC. The answer sticks to the connection.
-    pub fn rdma_kind(&self, client: &ClientEntry) -> Transport {
+    /// The transport a one-sided control message (Allocate, Lookup, ...) on `client`'s
+    /// connection is served over: the connection's own kind, else that of a connection from
+    /// the same host that did Connect or LocalAttach, else `default`. The answer sticks to
+    /// the connection.
+    pub fn one_sided_kind(&self, client: &ClientEntry, default: Transport) -> Transport {
         let own = client.transport();
-        if own.is_rdma() {
+        if own.is_one_sided() {
             return own;
         }
         let kind = self
@@ -128,8 +133,8 @@ impl ClientRegistry {
             .values()
             .filter(|c| c.id != client.id && c.peer.ip() == client.peer.ip())
             .map(|c| c.transport())
-            .find(|t| t.is_rdma())
-            .unwrap_or(Transport::RdmaRc);
+            .find(|t| t.is_one_sided())
+            .unwrap_or(default);
         client.transport.store(encode(kind), Ordering::Relaxed);
         kind
     }
@@ -166,9 +171,15 @@ mod tests {
         let a = registry.register("10.0.0.1:5000".parse().unwrap());
         let b = registry.register("10.0.0.1:5001".parse().unwrap());
         let other = registry.register("10.0.0.2:5000".parse().unwrap());
-        registry.connected_rdma(&a.entry, Transport::RdmaDc);
-        assert_eq!(registry.rdma_kind(&b.entry), Transport::RdmaDc);
-        assert_eq!(registry.rdma_kind(&other.entry), Transport::RdmaRc);
+        registry.connected_one_sided(&a.entry, Transport::RdmaDc);
+        assert_eq!(
+            registry.one_sided_kind(&b.entry, Transport::RdmaRc),
+            Transport::RdmaDc
+        );
+        assert_eq!(
+            registry.one_sided_kind(&other.entry, Transport::RdmaRc),
+            Transport::RdmaRc
+        );
         b.entry.record(10, 20);
         let list = registry.snapshot(Some("mlx5_0"));
         assert_eq!(list.len(), 3);

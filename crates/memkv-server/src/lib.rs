@@ -10,6 +10,7 @@ pub mod admin;
 mod clients;
 pub mod config;
 mod data;
+mod local;
 pub mod metrics;
 pub mod otel;
 mod rdma;

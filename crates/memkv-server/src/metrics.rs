@@ -60,10 +60,17 @@ pub enum Transport {
     Tcp,
     RdmaRc,
     RdmaDc,
+    /// Same-host clients: values copied in and out of the shared arena.
+    Shm,
 }
 
 impl Transport {
-    pub const ALL: [Transport; 3] = [Transport::Tcp, Transport::RdmaRc, Transport::RdmaDc];
+    pub const ALL: [Transport; 4] = [
+        Transport::Tcp,
+        Transport::RdmaRc,
+        Transport::RdmaDc,
+        Transport::Shm,
+    ];
 
     /// The RDMA data path's control messages: their values move one-sided, so they are served
     /// over RDMA (RC or DC, whichever the client's Connect set up). Every other operation
@@ -77,6 +84,11 @@ impl Transport {
     }
 
     pub const fn is_rdma(self) -> bool {
+        matches!(self, Self::RdmaRc | Self::RdmaDc)
+    }
+
+    /// Values move outside the TCP frames (RDMA, or the shared arena).
+    pub const fn is_one_sided(self) -> bool {
         !matches!(self, Self::Tcp)
     }
 
@@ -85,6 +97,7 @@ impl Transport {
             Self::Tcp => "tcp",
             Self::RdmaRc => "rdma-rc",
             Self::RdmaDc => "rdma-dc",
+            Self::Shm => "shm",
         }
     }
 }
@@ -238,7 +251,7 @@ fn transports_of(op: memkv_proto::Opcode) -> &'static [Transport] {
     if op == memkv_proto::Opcode::Connect {
         &[Transport::Tcp, Transport::RdmaRc, Transport::RdmaDc]
     } else if Transport::is_rdma_control(op) {
-        &[Transport::RdmaRc, Transport::RdmaDc]
+        &[Transport::RdmaRc, Transport::RdmaDc, Transport::Shm]
     } else {
         &[Transport::Tcp]
     }
@@ -418,7 +431,7 @@ mod tests {
         }
         assert_eq!(
             Transport::ALL.map(Transport::as_str),
-            ["tcp", "rdma-rc", "rdma-dc"]
+            ["tcp", "rdma-rc", "rdma-dc", "shm"]
         );
     }
 

@@ -27,6 +27,10 @@ pub enum StartError {
     },
     #[error(transparent)]
     Admin(#[from] crate::admin::AdminError),
+    #[error(
+        "cannot bind the same-host transport's Unix socket (set network.shared_memory: false to run without it): {0}"
+    )]
+    LocalSocket(std::io::Error),
 }
 
 /// A running server. Dropping it without [`Server::shutdown`] leaves its tasks running on the
@@ -38,6 +42,8 @@ pub struct Server {
     data_task: JoinHandle<()>,
     admin_task: JoinHandle<()>,
     reaper_task: JoinHandle<()>,
+    /// The same-host transport's socket, when the arena is shared.
+    local_task: Option<JoinHandle<()>>,
 }
 
 impl Server {
@@ -95,7 +101,9 @@ impl Server {
         .await
         .expect("fabric discovery does not panic");
         let tls = config.network.tls.clone();
-        let shared = Shared::new(config, store, key, data_addr, rdma);
+        let local = crate::local::start(store.arena_handle()).map_err(StartError::LocalSocket)?;
+        let (local, local_listener) = local.unzip();
+        let shared = Shared::new(config, store, key, data_addr, rdma, local.clone());
         // The data listener is bound (connections queue from now on): health must say so from
         // the admin API's first answer, not once the data task first runs.
         shared
@@ -119,6 +127,13 @@ impl Server {
             listener,
             stopped.clone(),
         ));
+        let local_task = local.zip(local_listener).map(|(local, listener)| {
+            tokio::spawn(crate::local::socket::serve(
+                local,
+                listener,
+                stopped.clone(),
+            ))
+        });
         let reaper_task = tokio::spawn(reap(Arc::clone(&shared), stopped));
         shared.set_ready();
         tracing::info!(data = %data_addr, admin = %admin_addr, mode = shared.config.storage.mode.as_str(), "memkv serving");
@@ -129,6 +144,7 @@ impl Server {
             data_task,
             admin_task,
             reaper_task,
+            local_task,
         })
     }
 
@@ -148,6 +164,9 @@ impl Server {
         self.data_task.abort();
         self.admin_task.abort();
         self.reaper_task.abort();
+        if let Some(task) = self.local_task {
+            task.abort();
+        }
     }
 
     /// Stops accepting, lets in-flight requests finish, flushes the store and stops.
@@ -157,6 +176,9 @@ impl Server {
         let _ = self.data_task.await;
         let _ = self.reaper_task.await;
         let _ = self.admin_task.await;
+        if let Some(task) = self.local_task {
+            let _ = task.await;
+        }
         let shared = Arc::clone(&self.shared);
         tokio::task::spawn_blocking(move || shared.store.close())
             .await

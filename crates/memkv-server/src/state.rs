@@ -23,6 +23,8 @@ const DRAINING: u8 = 2;
 pub struct Shared {
     /// Its arena registration holds a handle on the store's arena, so drop order is free.
     pub rdma: crate::rdma::RdmaState,
+    /// The same-host transport, when the arena is shared with local clients.
+    pub local: Option<Arc<crate::local::LocalTransport>>,
     pub config: ServerConfig,
     pub store: Store,
     pub key: AuthKey,
@@ -44,6 +46,7 @@ impl Shared {
         key: AuthKey,
         data_address: std::net::SocketAddr,
         rdma: crate::rdma::RdmaState,
+        local: Option<Arc<crate::local::LocalTransport>>,
     ) -> Arc<Shared> {
         let limits = crate::store_config::wire_limits(&config);
         Arc::new(Shared {
@@ -58,6 +61,7 @@ impl Shared {
             connections: Arc::default(),
             clients: Arc::default(),
             rdma,
+            local,
             last_evictions: AtomicU64::new(0),
             last_checksum_failures: AtomicU64::new(0),
         })
@@ -146,6 +150,7 @@ impl StatusSource for Shared {
             transports: TransportStatus {
                 tcp: true,
                 rdma: self.rdma.active,
+                shared_memory: self.local.is_some(),
             },
             rdma: RdmaStatus {
                 active: self.rdma.active,

@@ -72,6 +72,7 @@ impl StatusSource for FakeSource {
             transports: TransportStatus {
                 tcp: true,
                 rdma: false,
+                shared_memory: false,
             },
             rdma: RdmaStatus {
                 active: false,

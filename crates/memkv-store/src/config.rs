@@ -95,6 +95,9 @@ pub struct StoreConfig {
     pub max_value_size: u64,
     /// File mode: how values are read back.
     pub file_reads: FileReads,
+    /// Memory mode: put the arena in a sealed memfd that clients on the same host can map
+    /// (the same-host transport), instead of anonymous memory.
+    pub share_memory: bool,
 }
 
 impl StoreConfig {
@@ -130,6 +133,7 @@ impl StoreConfig {
             pin_lease: Duration::from_secs(10),
             max_value_size: DEFAULT_MAX_VALUE_SIZE,
             file_reads: FileReads::default(),
+            share_memory: false,
         }
     }
 

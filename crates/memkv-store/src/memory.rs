@@ -23,9 +23,9 @@ pub(crate) struct MemoryBackend {
 }
 
 impl MemoryBackend {
-    pub fn new(max_size: u64, block_size: u64) -> Result<Self> {
+    pub fn new(max_size: u64, block_size: u64, shareable: bool) -> Result<Self> {
         Ok(Self {
-            arena: MemoryArena::new(max_size, block_size)?,
+            arena: MemoryArena::new(max_size, block_size, shareable)?,
             index: Index::new(),
             value_bytes: AtomicU64::new(0),
             granule: block_size,

@@ -62,7 +62,7 @@ impl Store {
                 max_size,
                 block_size,
             } => {
-                let m = MemoryBackend::new(*max_size, *block_size)?;
+                let m = MemoryBackend::new(*max_size, *block_size, config.share_memory)?;
                 let cap = (max_size / block_size) * block_size;
                 (Backend::Memory(m), cap)
             }

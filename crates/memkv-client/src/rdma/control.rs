@@ -1,5 +1,6 @@
-//! The TCP control messages around RDMA transfers: Allocate / Commit / Abort for puts, Lookup /
-//! Release for gets, each one request on the server's multiplexed connection.
+//! The TCP control messages around one-sided transfers (RDMA, or copies through the same-host
+//! shared arena): Allocate / Commit / Abort for puts, Lookup / Release for gets, each one
+//! request on the server's multiplexed connection.
 
 use memkv_proto::messages::{
     AbortRequest, AllocateRequest, AllocateResponse, CommitRequest, LookupRequest, LookupResponse,
@@ -61,6 +62,23 @@ impl Client {
         key: &[u8],
         len: usize,
     ) -> Result<AllocateResponse> {
+        let alloc = self.reserve(index, key, len).await?;
+        if alloc.rkey == 0 && len > 0 {
+            return Err(rdma_err(
+                self.server_name(index),
+                "the server gave no remote address (RDMA inactive there)",
+            ));
+        }
+        Ok(alloc)
+    }
+
+    /// Allocate: a reservation of `len` bytes for `key`, and where it lies in the arena.
+    pub(crate) async fn reserve(
+        &self,
+        index: usize,
+        key: &[u8],
+        len: usize,
+    ) -> Result<AllocateResponse> {
         let server = self.server_name(index);
         let request = AllocateRequest {
             len: len as u64,
@@ -81,14 +99,10 @@ impl Client {
         if r.status != Status::Ok {
             return Err(Error::from_status(server, r.status, &r.payload));
         }
-        let alloc = AllocateResponse::decode(&r.payload).map_err(|e| rdma_err(server, e))?;
-        if alloc.rkey == 0 && len > 0 {
-            return Err(rdma_err(
-                server,
-                "the server gave no remote address (RDMA inactive there)",
-            ));
-        }
-        Ok(alloc)
+        AllocateResponse::decode(&r.payload).map_err(|e| Error::Protocol {
+            server: server.to_owned(),
+            source: e,
+        })
     }
 
     pub(crate) async fn commit(&self, index: usize, reservation: u64, sum: u64) -> Result<()> {

@@ -80,6 +80,7 @@ impl RdmaPath {
     pub fn start(config: &ClientConfig) -> Result<std::result::Result<RdmaPath, String>> {
         let strict = match config.transport {
             Transport::Tcp => return Ok(Err("transport tcp".into())),
+            Transport::Shm => return Ok(Err("transport shm".into())),
             Transport::Rdma => true,
             Transport::Auto => false,
         };

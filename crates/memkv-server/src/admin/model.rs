@@ -160,7 +160,7 @@ pub struct ConnectionStatus {
     pub current: u64,
     pub total: u64,
     pub auth_failures: u64,
-    /// Authenticated clients by transport (`tcp`, `rdma-rc`, `rdma-dc`), from `clients`.
+    /// Authenticated clients by transport (`tcp`, `rdma-rc`, `rdma-dc`, `shm`), from `clients`.
     pub by_transport: std::collections::BTreeMap<String, u64>,
 }
 
@@ -169,6 +169,8 @@ pub struct ConnectionStatus {
 pub struct TransportStatus {
     pub tcp: bool,
     pub rdma: bool,
+    /// Clients on this host may map the arena (`network.shared_memory`, memory mode).
+    pub shared_memory: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

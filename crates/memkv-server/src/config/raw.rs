@@ -24,6 +24,7 @@ pub struct RawNetwork {
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
     pub idle_timeout: Option<u64>,
+    pub shared_memory: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

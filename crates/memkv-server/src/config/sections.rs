@@ -41,6 +41,9 @@ pub struct NetworkConfig {
     pub tls: Option<TlsFiles>,
     /// Connections idle this long are closed; zero disables the timeout.
     pub idle_timeout: Duration,
+    /// Memory mode: clients on this host move values through the arena, mapped into their
+    /// process (the same-host transport), instead of through the socket.
+    pub shared_memory: bool,
 }
 
 impl NetworkConfig {

@@ -196,6 +196,7 @@ impl Checker<'_> {
             idle_timeout: raw
                 .idle_timeout
                 .map_or(DEFAULT_IDLE_TIMEOUT, Duration::from_secs),
+            shared_memory: raw.shared_memory.unwrap_or(true),
         })
     }
 

@@ -242,6 +242,12 @@ impl Connection {
                 self.send(out).await?;
                 continue;
             }
+            if header.opcode == Opcode::LocalAttach {
+                let out = crate::local::attach::answer(&self.shared, &self.client.entry, &header);
+                record(&self.shared, &self.client.entry, &out, &header, started);
+                self.send(out).await?;
+                continue;
+            }
             self.dispatch(header, key, payload, permit, started).await?;
         }
     }
@@ -364,8 +370,9 @@ fn record(
     request: &Header,
     started: Instant,
 ) {
+    let one_sided = shared.rdma.serving.is_some() || shared.local.is_some();
     let (transport, bytes_in, bytes_out) =
-        if !Transport::is_rdma_control(request.opcode) || shared.rdma.serving.is_none() {
+        if !Transport::is_rdma_control(request.opcode) || !one_sided {
             (
                 Transport::Tcp,
                 u64::from(request.payload_len),
@@ -375,8 +382,13 @@ fn record(
             // RC or DC after a Connect that succeeded; a refused one leaves the client on TCP.
             (client.transport(), 0, 0)
         } else {
-            // The frames carry control fields; the value moved one-sided.
-            let kind = shared.clients.rdma_kind(client);
+            // The frames carry control fields; the value moved one-sided (or by memcpy).
+            let default = if shared.rdma.serving.is_some() {
+                Transport::RdmaRc
+            } else {
+                Transport::Shm
+            };
+            let kind = shared.clients.one_sided_kind(client, default);
             match request.opcode {
                 Opcode::Commit => (kind, out.rdma_value_bytes, 0),
                 Opcode::Lookup => (kind, 0, out.rdma_value_bytes),

@@ -71,7 +71,7 @@ pub(super) async fn connect_rdma(
                     ..local
                 };
                 tracing::debug!(peer = %client, dct = target.dct_num(), "RDMA connect: DC");
-                shared.clients.connected_rdma(entry, Transport::RdmaDc);
+                shared.clients.connected_one_sided(entry, Transport::RdmaDc);
                 Outgoing::new(h, Status::Ok, Body::Owned(local.encode()))
             }
             Err(e) => Outgoing::error(h, Status::Unsupported, &e.to_string()),
@@ -96,6 +96,6 @@ pub(super) async fn connect_rdma(
         return Outgoing::error(h, Status::BadRequest, &format!("RDMA connect refused: {e}"));
     }
     queue_pairs.push(qp);
-    shared.clients.connected_rdma(entry, Transport::RdmaRc);
+    shared.clients.connected_one_sided(entry, Transport::RdmaRc);
     Outgoing::new(h, Status::Ok, Body::Owned(local.encode()))
 }

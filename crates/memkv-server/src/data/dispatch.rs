@@ -153,6 +153,11 @@ pub fn execute(shared: &Shared, h: &Header, key: &[u8], payload: Vec<u8>) -> Out
             ),
             Err(e) => bad(h, &e),
         },
+        Opcode::LocalAttach => Outgoing::error(
+            h,
+            Status::Internal,
+            "LocalAttach dispatched without its connection",
+        ),
         // Connect needs the connection (its queue pairs live there): see conn.rs.
         Opcode::Connect => Outgoing::error(
             h,
@@ -194,11 +199,12 @@ fn allocate(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing
     }
 }
 
-/// Where a client reaches arena bytes one-sided: the registered address and rkey, or zeros
-/// when the server serves no RDMA.
+/// Where a client reaches arena bytes one-sided: the registered address and rkey; with no
+/// RDMA, the address in the shared arena (rkey 0) for same-host clients; else zeros.
 fn remote(shared: &Shared, arena_offset: Option<u64>) -> (u64, u32) {
-    match (&shared.rdma.serving, arena_offset) {
-        (Some(s), Some(offset)) => (s.arena.addr() + offset, s.arena.rkey()),
+    match (&shared.rdma.serving, &shared.local, arena_offset) {
+        (Some(s), _, Some(offset)) => (s.arena.addr() + offset, s.arena.rkey()),
+        (None, Some(local), Some(offset)) => (local.arena_addr() + offset, 0),
         _ => (0, 0),
     }
 }

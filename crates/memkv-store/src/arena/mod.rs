@@ -70,6 +70,13 @@ impl ArenaHandle {
     pub fn backing(&self) -> ArenaBacking {
         self.0.backing
     }
+
+    /// The memfd behind a shareable arena (`None` for a private one), for handing to clients
+    /// on the same host.
+    pub fn shared_file(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.0.file.as_ref().map(|f| f.as_fd())
+    }
 }
 
 impl std::fmt::Debug for ArenaHandle {
@@ -83,21 +90,31 @@ impl std::fmt::Debug for ArenaHandle {
 
 pub(crate) struct MemoryArena {
     map: MmapRaw,
+    /// The memfd behind a shareable arena; kept open for every client it is handed to.
+    file: Option<std::fs::File>,
     len: usize,
     backing: ArenaBacking,
     allocator: Allocator,
 }
 
 impl MemoryArena {
-    /// Maps `max_size` bytes and carves them into `granule`-sized units.
-    pub fn new(max_size: u64, granule: u64) -> io::Result<Arc<Self>> {
+    /// Maps `max_size` bytes and carves them into `granule`-sized units. `shareable`: in a
+    /// sealed memfd that clients on the same host can map, else anonymous memory.
+    pub fn new(max_size: u64, granule: u64, shareable: bool) -> io::Result<Arc<Self>> {
         let too_big = || io::Error::new(io::ErrorKind::InvalidInput, "arena size exceeds usize");
         let len = usize::try_from(max_size).map_err(|_| too_big())?;
-        let (map, len, backing) = map_with_best_backing(len)?;
+        let (map, file, len, backing) = if shareable {
+            let (map, file, len, backing) = map_shareable(len)?;
+            (map, Some(file), len, backing)
+        } else {
+            let (map, len, backing) = map_with_best_backing(len)?;
+            (map, None, len, backing)
+        };
         let granules = max_size / granule;
-        tracing::info!(len, ?backing, "memory arena mapped");
+        tracing::info!(len, ?backing, shareable, "memory arena mapped");
         Ok(Arc::new(Self {
             map,
+            file,
             len,
             backing,
             allocator: Allocator::new(granule, granules),
@@ -214,6 +231,38 @@ fn map_with_best_backing(len: usize) -> io::Result<(MmapRaw, usize, ArenaBacking
     Ok((MmapRaw::from(m), len, backing))
 }
 
+/// A memfd-backed arena: explicit hugepages when enough are free, else shared memory advised
+/// to use transparent hugepages (which the kernel grants only where
+/// `/sys/kernel/mm/transparent_hugepage/shmem_enabled` allows).
+fn map_shareable(len: usize) -> io::Result<(MmapRaw, std::fs::File, usize, ArenaBacking)> {
+    const NAME: &str = "memkv-arena";
+    if let Some(page) = hugetlb_page_size() {
+        let rounded = (len as u64).div_ceil(page) * page;
+        if hugetlb_free_bytes(page) >= rounded
+            && let Ok(file) = memkv_shm::arena_file::create(NAME, rounded, Some(page))
+            && let Ok(map) = MmapOptions::new().len(rounded as usize).map_raw(&file)
+        {
+            let backing = ArenaBacking::ExplicitHugepages { page_size: page };
+            return Ok((map, file, rounded as usize, backing));
+        }
+    }
+    let file = memkv_shm::arena_file::create(NAME, len as u64, None)?;
+    let map = MmapOptions::new().len(len).map_raw(&file)?;
+    let backing =
+        if shmem_thp_available() && len as u64 >= HUGE_2M && map.advise(Advice::HugePage).is_ok() {
+            ArenaBacking::TransparentHugepages
+        } else {
+            ArenaBacking::RegularPages
+        };
+    Ok((map, file, len, backing))
+}
+
+fn shmem_thp_available() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+        .map(|s| s.contains("[always]") || s.contains("[advise]") || s.contains("[within_size]"))
+        .unwrap_or(false)
+}
+
 fn meminfo_field(name: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with(name))?;
@@ -240,7 +289,7 @@ mod tests {
 
     #[test]
     fn blocks_are_writable_and_freed() {
-        let arena = MemoryArena::new(8 << 20, 2 << 20).unwrap();
+        let arena = MemoryArena::new(8 << 20, 2 << 20, false).unwrap();
         assert_eq!(arena.info().len, 8 << 20);
         let mut a = ArenaBlock::allocate(&arena, 5000).unwrap();
         let mut b = ArenaBlock::allocate(&arena, 3 << 20).unwrap();

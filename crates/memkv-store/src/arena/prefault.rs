@@ -168,7 +168,7 @@ mod tests {
 
     #[test]
     fn populates_every_page_and_keeps_contents() {
-        let arena = MemoryArena::new(16 << 20, 2 << 20).unwrap();
+        let arena = MemoryArena::new(16 << 20, 2 << 20, false).unwrap();
         let mut block = ArenaBlock::allocate(&arena, 3 << 20).unwrap();
         for (i, b) in block.as_mut_slice().iter_mut().enumerate() {
             *b = pattern(i);
@@ -198,7 +198,7 @@ mod tests {
     /// ends with the writer's last value.
     #[test]
     fn touch_fallback_keeps_concurrent_writes() {
-        let arena = MemoryArena::new(8 << 20, 2 << 20).unwrap();
+        let arena = MemoryArena::new(8 << 20, 2 << 20, true).unwrap();
         let mut block = ArenaBlock::allocate(&arena, 4 << 20).unwrap();
         let stop = AtomicBool::new(false);
         let last = std::thread::scope(|s| {

@@ -1,0 +1,191 @@
+//! Which servers this client reaches through shared memory. Each server is tried on first
+//! use; one that is not on this host (or does not offer it) is tried again only after a
+//! while, so a client of remote servers pays one extra round trip per server per
+//! [`RETRY_AFTER`].
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::attach::{Attached, NotLocal};
+use crate::client::Client;
+use crate::config::{ClientConfig, Transport};
+use crate::{Error, Result};
+
+/// How long a server that could not be attached is left on RDMA or TCP before trying again.
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(60);
+/// After a transfer failed on a mapping (a restarted server, most likely): a short pause, then
+/// a fresh attach.
+const REATTACH_AFTER: Duration = Duration::from_millis(100);
+
+enum Slot {
+    Untried,
+    Attached(Arc<Attached>),
+    Unavailable { reason: String, until: Instant },
+}
+
+struct ServerSlot {
+    state: Mutex<Slot>,
+    /// One attach at a time per server; the others wait for its outcome.
+    attaching: tokio::sync::Mutex<()>,
+}
+
+pub(crate) struct LocalPath {
+    /// `transport: shm`: a server that cannot be attached fails the operation.
+    strict: bool,
+    servers: Vec<ServerSlot>,
+}
+
+impl LocalPath {
+    /// `None` under `tcp` and `rdma`, which never use shared memory.
+    pub fn new(config: &ClientConfig) -> Option<LocalPath> {
+        let strict = match config.transport {
+            Transport::Auto => false,
+            Transport::Shm => true,
+            Transport::Tcp | Transport::Rdma => return None,
+        };
+        let servers = config
+            .servers
+            .iter()
+            .map(|_| ServerSlot {
+                state: Mutex::new(Slot::Untried),
+                attaching: tokio::sync::Mutex::new(()),
+            })
+            .collect();
+        Some(LocalPath { strict, servers })
+    }
+
+    pub fn strict(&self) -> bool {
+        self.strict
+    }
+
+    fn lock(&self, index: usize) -> std::sync::MutexGuard<'_, Slot> {
+        self.servers[index]
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The attachment now, without trying: `Ok(None)` when untried or due for a retry.
+    fn current(&self, index: usize, server: &str) -> Result<Option<Option<Arc<Attached>>>> {
+        match &*self.lock(index) {
+            Slot::Attached(a) => Ok(Some(Some(Arc::clone(a)))),
+            Slot::Unavailable { reason, until } if Instant::now() < *until => {
+                if self.strict {
+                    Err(unavailable(server, reason))
+                } else {
+                    Ok(Some(None))
+                }
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Drops `failed` (if it is still server `index`'s attachment) after a transfer through
+    /// it failed; the next operation attaches again.
+    pub fn detach(&self, index: usize, failed: &Arc<Attached>, reason: &str) {
+        let mut slot = self.lock(index);
+        if matches!(&*slot, Slot::Attached(a) if Arc::ptr_eq(a, failed)) {
+            tracing::info!(server = index, reason, "same-host transport: detached");
+            *slot = Slot::Unavailable {
+                reason: reason.to_owned(),
+                until: Instant::now() + REATTACH_AFTER,
+            };
+        }
+    }
+
+    /// Names of the servers attached now (`servers` as the client lists them).
+    pub fn attached<'a>(&self, servers: &[&'a str]) -> Vec<&'a str> {
+        (0..self.servers.len())
+            .filter(|&i| matches!(&*self.lock(i), Slot::Attached(_)))
+            .map(|i| servers[i])
+            .collect()
+    }
+}
+
+fn unavailable(server: &str, reason: &str) -> Error {
+    Error::SharedMemory {
+        server: server.to_owned(),
+        reason: format!("not attached: {reason}"),
+    }
+}
+
+impl Client {
+    /// Server `index`'s mapped arena, attaching on first use; `Ok(None)`: serve it another
+    /// way. Under `transport: shm` a server that cannot be attached is an error.
+    pub(crate) async fn local_arena(&self, index: usize) -> Result<Option<Arc<Attached>>> {
+        let Some(local) = &self.inner.local else {
+            return Ok(None);
+        };
+        let server = self.server_name(index);
+        if let Some(known) = local.current(index, server)? {
+            return Ok(known);
+        }
+        let _one_at_a_time = local.servers[index].attaching.lock().await;
+        if let Some(known) = local.current(index, server)? {
+            return Ok(known);
+        }
+        let outcome = self.attach_local(index).await;
+        let mut slot = local.lock(index);
+        match outcome {
+            Ok(attached) => {
+                tracing::info!(
+                    server,
+                    arena_bytes = attached.arena.len(),
+                    "same-host transport: values move through the server's arena"
+                );
+                let attached = Arc::new(attached);
+                *slot = Slot::Attached(Arc::clone(&attached));
+                Ok(Some(attached))
+            }
+            Err(why) => {
+                let reason = why.to_string();
+                match &why {
+                    NotLocal::Failed(_) => {
+                        tracing::warn!(server, %reason, "same-host transport: attach failed")
+                    }
+                    _ => tracing::debug!(server, %reason, "same-host transport: not used"),
+                }
+                let retry = match why {
+                    // The server is down or slow: the operation fails anyway; try again soon.
+                    NotLocal::Failed(Error::Timeout { .. } | Error::Unreachable { .. }) => {
+                        REATTACH_AFTER * 10
+                    }
+                    // A refusal, or a server that does not know LocalAttach (an older one
+                    // closes the connection): do not ask again for a while.
+                    NotLocal::Failed(_) | NotLocal::Refused(_) | NotLocal::Elsewhere(_) => {
+                        RETRY_AFTER
+                    }
+                };
+                *slot = Slot::Unavailable {
+                    reason: reason.clone(),
+                    until: Instant::now() + retry,
+                };
+                if local.strict {
+                    Err(unavailable(server, &reason))
+                } else {
+                    Ok(None)
+                }
+            }
+        }
+    }
+
+    /// Each server's mapped arena for the servers in `servers` (indices, repeats allowed);
+    /// attaches the untried ones at once. An error (strict mode) is the server's.
+    pub(crate) async fn local_arenas(
+        &self,
+        servers: impl Iterator<Item = usize>,
+    ) -> Vec<Option<Result<Option<Arc<Attached>>>>> {
+        let mut wanted = vec![false; self.inner.pools.len()];
+        for s in servers {
+            wanted[s] = true;
+        }
+        let indices: Vec<usize> = (0..wanted.len()).filter(|&i| wanted[i]).collect();
+        let found = futures::future::join_all(indices.iter().map(|&i| self.local_arena(i))).await;
+        let mut out: Vec<Option<Result<Option<Arc<Attached>>>>> =
+            (0..wanted.len()).map(|_| None).collect();
+        for (i, r) in indices.into_iter().zip(found) {
+            out[i] = Some(r);
+        }
+        out
+    }
+}

@@ -1,0 +1,192 @@
+//! The client's operations, served through shared memory for the servers attached. Each
+//! returns, per item, `Some(result)` when it was served here (or, under `transport: shm`,
+//! failed here) and `None` for items the caller sends on to RDMA or TCP: other servers',
+//! invalid ones (whose errors the usual path names), and those a failed mapping hit under
+//! `auto` (the server is detached first).
+
+use std::sync::Arc;
+
+use super::attach::Attached;
+use super::values::LocalDest;
+use crate::client::Client;
+use crate::{Error, Result};
+use futures::future::join_all;
+
+/// One item's destination in a batch get.
+pub(crate) enum ItemDest<'a> {
+    Vec(&'a mut Vec<u8>),
+    Slice(&'a mut [u8]),
+}
+
+impl Client {
+    /// Keeps `result`, unless a failed mapping under `auto` sends the item elsewhere.
+    fn settle<T>(&self, index: usize, at: &Arc<Attached>, result: Result<T>) -> Option<Result<T>> {
+        let local = self.inner.local.as_ref()?;
+        match &result {
+            Err(Error::SharedMemory { reason, .. }) if !local.strict() => {
+                local.detach(index, at, reason);
+                None
+            }
+            _ => Some(result),
+        }
+    }
+
+    /// Groups `owners` (per item, its server when the item is valid) by attached server;
+    /// items of servers that cannot be attached under `shm` get the error in `out`.
+    async fn attached_groups<T>(
+        &self,
+        owners: &[Option<usize>],
+        out: &mut [Option<Result<T>>],
+    ) -> Vec<(usize, Arc<Attached>, Vec<usize>)> {
+        if self.inner.local.is_none() {
+            return Vec::new();
+        }
+        let arenas = self.local_arenas(owners.iter().flatten().copied()).await;
+        let mut groups: Vec<Option<(Arc<Attached>, Vec<usize>)>> =
+            (0..arenas.len()).map(|_| None).collect();
+        for (item, owner) in owners.iter().enumerate() {
+            let Some(server) = *owner else { continue };
+            match &arenas[server] {
+                Some(Ok(Some(at))) => groups[server]
+                    .get_or_insert_with(|| (Arc::clone(at), Vec::new()))
+                    .1
+                    .push(item),
+                Some(Err(e)) => out[item] = Some(Err(e.clone())),
+                _ => {}
+            }
+        }
+        groups
+            .into_iter()
+            .enumerate()
+            .filter_map(|(server, g)| g.map(|(at, items)| (server, at, items)))
+            .collect()
+    }
+
+    /// Stores the items whose servers are attached.
+    pub(crate) async fn put_batch_local<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        op: &'static str,
+        items: &[(K, V)],
+    ) -> Vec<Option<Result<()>>> {
+        let mut out: Vec<Option<Result<()>>> = items.iter().map(|_| None).collect();
+        let owners: Vec<Option<usize>> = items
+            .iter()
+            .map(|(k, v)| {
+                let (k, v) = (k.as_ref(), v.as_ref());
+                (self.check_key(k).is_ok() && self.check_value(v).is_ok())
+                    .then(|| self.owner_index(k))
+            })
+            .collect();
+        let groups = self.attached_groups(&owners, &mut out).await;
+        let done = join_all(groups.iter().map(|(server, at, chosen)| async move {
+            let keys: Vec<&[u8]> = chosen.iter().map(|&i| items[i].0.as_ref()).collect();
+            let values: Vec<&[u8]> = chosen.iter().map(|&i| items[i].1.as_ref()).collect();
+            self.put_values_local(at, *server, op, &keys, &values).await
+        }))
+        .await;
+        for ((server, at, chosen), results) in groups.iter().zip(done) {
+            for (&i, r) in chosen.iter().zip(results) {
+                out[i] = self.settle(*server, at, r);
+            }
+        }
+        out
+    }
+
+    /// Reads the values of the keys whose servers are attached into their destinations.
+    pub(crate) async fn get_batch_local<K: AsRef<[u8]>>(
+        &self,
+        op: &'static str,
+        keys: &[K],
+        dests: Vec<ItemDest<'_>>,
+    ) -> Vec<Option<Result<Option<usize>>>> {
+        let mut out: Vec<Option<Result<Option<usize>>>> = keys.iter().map(|_| None).collect();
+        let owners: Vec<Option<usize>> = keys
+            .iter()
+            .map(|k| {
+                let k = k.as_ref();
+                self.check_key(k).is_ok().then(|| self.owner_index(k))
+            })
+            .collect();
+        let groups = self.attached_groups(&owners, &mut out).await;
+        if groups.is_empty() {
+            return out;
+        }
+        let mut dests: Vec<Option<ItemDest<'_>>> = dests.into_iter().map(Some).collect();
+        let work: Vec<_> = groups
+            .iter()
+            .map(|(server, at, chosen)| {
+                let taken: Vec<ItemDest<'_>> = chosen
+                    .iter()
+                    .map(|&i| dests[i].take().expect("an item is in one group"))
+                    .collect();
+                let dest = if taken.iter().all(|d| matches!(d, ItemDest::Vec(_))) {
+                    LocalDest::Vecs(
+                        taken
+                            .into_iter()
+                            .filter_map(|d| match d {
+                                ItemDest::Vec(v) => Some(v),
+                                ItemDest::Slice(_) => None,
+                            })
+                            .collect(),
+                    )
+                } else {
+                    LocalDest::Slices(
+                        taken
+                            .into_iter()
+                            .map(|d| match d {
+                                ItemDest::Vec(v) => v.as_mut_slice(),
+                                ItemDest::Slice(s) => s,
+                            })
+                            .collect(),
+                    )
+                };
+                let chosen_keys: Vec<&[u8]> = chosen.iter().map(|&i| keys[i].as_ref()).collect();
+                async move {
+                    self.get_values_local(at, *server, op, &chosen_keys, dest)
+                        .await
+                }
+            })
+            .collect();
+        let done = join_all(work).await;
+        for ((server, at, chosen), results) in groups.iter().zip(done) {
+            for (&i, r) in chosen.iter().zip(results) {
+                out[i] = self.settle(*server, at, r);
+            }
+        }
+        out
+    }
+
+    /// A single put through shared memory, or `None` to serve it another way.
+    pub(crate) async fn put_local(&self, key: &[u8], value: &[u8]) -> Option<Result<()>> {
+        self.inner.local.as_ref()?;
+        self.put_batch_local("put", &[(key, value)])
+            .await
+            .pop()
+            .flatten()
+    }
+
+    /// A single get through shared memory, or `None` to serve it another way.
+    pub(crate) async fn get_local(
+        &self,
+        key: &[u8],
+        dest: ItemDest<'_>,
+    ) -> Option<Result<Option<usize>>> {
+        self.inner.local.as_ref()?;
+        self.get_batch_local("get", &[key], vec![dest])
+            .await
+            .pop()
+            .flatten()
+    }
+
+    /// The servers values move to and from through shared memory now.
+    pub fn shared_memory_servers(&self) -> Vec<String> {
+        match &self.inner.local {
+            Some(local) => local
+                .attached(&self.servers())
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+}

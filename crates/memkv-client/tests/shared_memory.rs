@@ -1,0 +1,164 @@
+//! The same-host transport against real servers on loopback: values copied through the
+//! server's arena mapped into the client, and the ways it can fail (a server that does not
+//! offer it, a server restarted under a client holding the old mapping).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{KEY_HEX, admin_get, client_config, metric_sum, pattern, start};
+use memkv_client::{Client, Error, Transport};
+use memkv_server::Server;
+use memkv_server::config::ServerConfig;
+
+async fn shm_client(server: &Server, transport: Transport) -> Client {
+    let mut config = client_config(&[server]);
+    config.transport = transport;
+    Client::connect(config).await.unwrap()
+}
+
+#[tokio::test]
+async fn values_move_through_the_servers_arena() {
+    let server = start("").await;
+    let c = shm_client(&server, Transport::Shm).await;
+    let sizes = [0usize, 1, 4096, 100_000, 3 << 20];
+    for (i, &len) in sizes.iter().enumerate() {
+        let key = format!("single/{i}");
+        let value = pattern(len, i as u64);
+        c.put(key.as_bytes(), &value).await.unwrap();
+        assert_eq!(c.get(key.as_bytes()).await.unwrap(), Some(value.clone()));
+        let mut buf = vec![0u8; len + 7];
+        assert_eq!(
+            c.get_into_slice(key.as_bytes(), &mut buf).await.unwrap(),
+            Some(len)
+        );
+        assert_eq!(&buf[..len], &value[..]);
+    }
+    assert_eq!(
+        c.shared_memory_servers(),
+        vec![server.data_addr().to_string()]
+    );
+    assert_eq!(c.get(b"absent").await.unwrap(), None);
+    let err = c
+        .get_into_slice(b"single/4", &mut [0u8; 10])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::BufferTooSmall { len, capacity: 10 } if len == 3 << 20),
+        "{err}"
+    );
+
+    // Batches, including keys that are absent.
+    let items: Vec<(String, Vec<u8>)> = (0..40)
+        .map(|i| (format!("batch/{i}"), pattern(1000 * i + 1, 100 + i as u64)))
+        .collect();
+    for r in c.put_batch(&items).await {
+        r.unwrap();
+    }
+    let mut keys: Vec<String> = items.iter().map(|(k, _)| k.clone()).collect();
+    keys.push("batch/absent".into());
+    let got = c.get_batch(&keys).await;
+    for ((_, v), r) in items.iter().zip(&got) {
+        assert_eq!(r.as_ref().unwrap().as_ref(), Some(v));
+    }
+    assert_eq!(got.last().unwrap().as_ref().unwrap(), &None);
+    let mut bufs: Vec<Vec<u8>> = keys.iter().map(|_| vec![0u8; 40_000]).collect();
+    let lens = c.get_batch_into(&keys, &mut bufs).await;
+    for (((_, v), r), b) in items.iter().zip(&lens).zip(&bufs) {
+        assert_eq!(*r.as_ref().unwrap(), Some(v.len()));
+        assert_eq!(&b[..v.len()], &v[..]);
+    }
+    let dests: Vec<Vec<u8>> = keys.iter().map(|_| vec![0u8; 40_000]).collect();
+    let (lens, back) = c.get_batch_into_destinations(&keys, dests).await;
+    for (((_, v), r), b) in items.iter().zip(&lens).zip(&back) {
+        assert_eq!(*r.as_ref().unwrap(), Some(v.len()));
+        assert_eq!(&b.as_ref().unwrap()[..v.len()], &v[..]);
+    }
+
+    // The server saw a same-host client, and counted its operations under `shm`.
+    let status = admin_get(&server, "/v1/status").await;
+    assert!(status.contains("\"transport\":\"shm\""), "{status}");
+    assert!(status.contains("\"shared_memory\":true"), "{status}");
+    let metrics = admin_get(&server, "/v1/metrics").await;
+    let commits = metric_sum(
+        &metrics,
+        "memkv_ops_total",
+        &[("op", "Commit"), ("transport", "shm")],
+    );
+    assert!(
+        commits >= 45.0,
+        "Commit over shm counted {commits} times:\n{metrics}"
+    );
+    server.shutdown().await.unwrap();
+}
+
+fn config_without_shared_memory() -> ServerConfig {
+    let yaml = format!(
+        "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\n  shared_memory: false\nmemory:\n  max_size: 64 MiB\n"
+    );
+    ServerConfig::from_yaml_str(&yaml, "test").unwrap()
+}
+
+#[tokio::test]
+async fn a_server_without_shared_memory_is_served_another_way_unless_shm_is_required() {
+    let server = Server::start(config_without_shared_memory()).await.unwrap();
+    let auto = shm_client(&server, Transport::Auto).await;
+    auto.put(b"k", b"over tcp").await.unwrap();
+    assert_eq!(
+        auto.get(b"k").await.unwrap().as_deref(),
+        Some(&b"over tcp"[..])
+    );
+    assert!(auto.shared_memory_servers().is_empty());
+
+    let strict = shm_client(&server, Transport::Shm).await;
+    let err = strict.get(b"k").await.unwrap_err();
+    assert!(
+        matches!(&err, Error::SharedMemory { reason, .. } if reason.contains("network.shared_memory is off")),
+        "{err}"
+    );
+    let tcp = shm_client(&server, Transport::Tcp).await;
+    assert_eq!(
+        tcp.get(b"k").await.unwrap().as_deref(),
+        Some(&b"over tcp"[..])
+    );
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_restarted_server_is_attached_again_and_old_bytes_are_never_served() {
+    let first = start("").await;
+    let addr = first.data_addr().to_string();
+    let mut config = client_config(&[&first]);
+    config.timeout = Duration::from_secs(2);
+    let c = Client::connect(config).await.unwrap();
+    c.put(b"before", &pattern(200_000, 1)).await.unwrap();
+    assert_eq!(c.shared_memory_servers(), vec![addr.clone()]);
+    // The old arena stays mapped in the client after the server is gone.
+    first.shutdown().await.unwrap();
+
+    let second = Server::start(common::server_config(&addr, ""))
+        .await
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    let value = pattern(300_000, 2);
+    loop {
+        match c.put(b"after", &value).await {
+            Ok(()) => break,
+            Err(e) if Instant::now() < until => {
+                assert!(
+                    !matches!(e, Error::SharedMemory { .. }),
+                    "auto hides a stale mapping: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("the restarted server never took a put: {e}"),
+        }
+    }
+    // The old value died with the first server; the old mapping must not resurrect it.
+    assert_eq!(c.get(b"before").await.unwrap(), None);
+    assert_eq!(c.get(b"after").await.unwrap(), Some(value.clone()));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(c.get(b"after").await.unwrap(), Some(value));
+    assert_eq!(c.shared_memory_servers(), vec![addr], "attached again");
+    second.shutdown().await.unwrap();
+}

@@ -1,0 +1,191 @@
+//! A client's mapping of a server's arena, and bounds-checked copies in and out of it.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+
+use memmap2::{MmapOptions, MmapRaw};
+
+/// Why a mapping or a copy was refused.
+#[derive(Debug)]
+pub enum MapError {
+    Io(io::Error),
+    /// The descriptor is smaller than the arena the server announced.
+    TooShort {
+        file: u64,
+        announced: u64,
+    },
+    /// A range the server named lies outside the arena.
+    OutOfBounds {
+        offset: u64,
+        len: u64,
+        arena: u64,
+    },
+}
+
+impl fmt::Display for MapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io(e) => write!(f, "cannot map the server's arena: {e}"),
+            Self::TooShort { file, announced } => write!(
+                f,
+                "the server's arena file holds {file} bytes, fewer than the {announced} announced"
+            ),
+            Self::OutOfBounds { offset, len, arena } => write!(
+                f,
+                "{len} bytes at arena offset {offset} lie outside the {arena}-byte arena"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MapError {}
+
+impl From<io::Error> for MapError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// A server's arena mapped into this process, shared with the server and its other local
+/// clients. Which ranges may be touched, and when, is the protocol's business (a reservation
+/// between Allocate and Commit, a pin between Lookup and Release); this type checks only that
+/// each copy stays inside the mapping.
+pub struct SharedArena {
+    map: MmapRaw,
+    len: u64,
+}
+
+impl fmt::Debug for SharedArena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedArena")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl SharedArena {
+    /// Maps the first `announced` bytes of the arena file `fd`, read-write and shared.
+    pub fn map(fd: OwnedFd, announced: u64) -> Result<SharedArena, MapError> {
+        let file = File::from(fd);
+        let size = file.metadata()?.len();
+        if size < announced || announced == 0 {
+            return Err(MapError::TooShort {
+                file: size,
+                announced,
+            });
+        }
+        let len = usize::try_from(announced).map_err(|_| MapError::TooShort {
+            file: size,
+            announced,
+        })?;
+        let map = MmapOptions::new().len(len).map_raw(&file)?;
+        Ok(SharedArena {
+            map,
+            len: announced,
+        })
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Never true: a mapping holds at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<usize, MapError> {
+        let out = || MapError::OutOfBounds {
+            offset,
+            len: len as u64,
+            arena: self.len,
+        };
+        let end = offset.checked_add(len as u64).ok_or_else(out)?;
+        if end > self.len {
+            return Err(out());
+        }
+        Ok(offset as usize)
+    }
+
+    /// Copies `src` to `offset` and returns its xxh3-64, hashed in the same pass.
+    pub fn write(&self, offset: u64, src: &[u8]) -> Result<u64, MapError> {
+        let start = self.check(offset, src.len())?;
+        if src.is_empty() {
+            return Ok(memkv_checksum::xxh3(src));
+        }
+        // SAFETY: `check` keeps [start, start + len) inside the live mapping, which `self`
+        // owns for as long as the slice lives. The range is a reservation the server gave
+        // this client (Allocate): until Commit or Abort nobody else reads or writes it, so the
+        // slice aliases no other reference, in this process or (by the protocol) in another.
+        let dst =
+            unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(start), src.len()) };
+        Ok(memkv_checksum::copy_and_xxh3(dst, src))
+    }
+
+    /// Copies the bytes at `offset` into `dst` (all of it) and returns the xxh3-64 of what was
+    /// copied, so a check against the stored checksum covers exactly the caller's bytes.
+    pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<u64, MapError> {
+        let start = self.check(offset, dst.len())?;
+        if dst.is_empty() {
+            return Ok(memkv_checksum::xxh3(dst));
+        }
+        // SAFETY: in bounds as in `write`. The range holds a committed value pinned for this
+        // client (Lookup): the server neither frees nor rewrites it until Release, so nothing
+        // writes it while this shared slice lives.
+        let src = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start), dst.len()) };
+        Ok(memkv_checksum::copy_and_xxh3(dst, src))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    fn arena(len: u64) -> (File, SharedArena) {
+        let file = crate::arena_file::create("memkv-test", len, None).unwrap();
+        let fd = file.as_fd().try_clone_to_owned().unwrap();
+        (file, SharedArena::map(fd, len).unwrap())
+    }
+
+    #[test]
+    fn bytes_written_by_one_mapping_are_read_by_another() {
+        let (file, a) = arena(1 << 20);
+        let b = SharedArena::map(file.as_fd().try_clone_to_owned().unwrap(), 1 << 20).unwrap();
+        let value: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let sum = a.write(4096, &value).unwrap();
+        assert_eq!(sum, memkv_checksum::xxh3(&value));
+        let mut back = vec![0u8; value.len()];
+        assert_eq!(b.read(4096, &mut back).unwrap(), sum);
+        assert_eq!(back, value);
+    }
+
+    #[test]
+    fn ranges_outside_the_arena_are_refused() {
+        let (_file, a) = arena(1 << 20);
+        let err = a.write((1 << 20) - 10, &[0u8; 11]).unwrap_err();
+        assert!(matches!(err, MapError::OutOfBounds { .. }), "{err}");
+        let err = a.read(u64::MAX, &mut [0u8; 1]).unwrap_err();
+        assert!(
+            err.to_string().contains("outside the 1048576-byte arena"),
+            "{err}"
+        );
+        assert!(
+            a.read(1 << 20, &mut []).is_ok(),
+            "an empty range at the end is inside"
+        );
+    }
+
+    #[test]
+    fn a_file_shorter_than_announced_is_refused() {
+        let file = crate::arena_file::create("memkv-test", 4096, None).unwrap();
+        let err = SharedArena::map(file.as_fd().try_clone_to_owned().unwrap(), 8192).unwrap_err();
+        assert!(
+            err.to_string().contains("fewer than the 8192 announced"),
+            "{err}"
+        );
+    }
+}
