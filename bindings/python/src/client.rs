@@ -48,10 +48,16 @@ impl Shared {
 
     pub fn transport(&self) -> PyResult<String> {
         let c = self.get()?;
-        Ok(match (c.transport(), c.rdma_fallback_reason()) {
+        let remote = match (c.transport(), c.rdma_fallback_reason()) {
             ("rdma", _) => format!("rdma over {}", c.rdma_rails().join(",")),
             (other, Some(why)) => format!("{other} ({why})"),
             (other, None) => other.to_owned(),
+        };
+        let local = c.shared_memory_servers();
+        Ok(if local.is_empty() {
+            remote
+        } else {
+            format!("shm with {}; others {remote}", local.join(","))
         })
     }
 

@@ -136,7 +136,21 @@ def test_get_many_into_too_small_buffer(client: memkv.Client) -> None:
 
 def test_transport_and_servers(client: memkv.Client, server: MemkvServer) -> None:
     assert client.servers == [server.address]
-    assert client.transport.startswith("tcp")
+    # The server is on this host: once it is used, values move through its shared arena.
+    client.put("transport-probe", b"x")
+    assert client.transport.startswith(f"shm with {server.address}; others tcp")
+
+
+def test_shared_memory_moves_values_in_place(server: MemkvServer) -> None:
+    with server.client(transport="shm") as c:
+        value = bytes(range(256)) * 4096
+        c.put("shm/big", value)
+        out = bytearray(len(value) + 10)
+        assert c.get_into("shm/big", out) == len(value)
+        assert out[: len(value)] == value
+        assert c.get_many(["shm/big", "shm/absent"]) == [value, None]
+    with server.client(transport="tcp") as tcp:
+        assert tcp.get("shm/big") == value
 
 
 def test_closed_client(server: MemkvServer) -> None:

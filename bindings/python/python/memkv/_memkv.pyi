@@ -24,7 +24,7 @@ Key = str | bytes
 Servers = Sequence[str] | str
 """``["host:port", ...]``, or one ``"host:port,host:port"`` string."""
 
-Transport = Literal["auto", "tcp", "rdma"]
+Transport = Literal["auto", "tcp", "rdma", "shm"]
 
 class Error(Exception):
     """Any memkv failure. A failed batch call also carries ``keys`` (the keys that failed) and

@@ -39,6 +39,8 @@ fn parse_sweep(text: &str) -> Result<Sweep, String> {
 pub enum BenchTransport {
     Tcp,
     Rdma,
+    /// The same-host transport (servers on this host; `--local` starts one).
+    Shm,
 }
 
 /// Options of `memkv bench`. Servers, auth key and deadline come from the global flags
@@ -176,6 +178,7 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
     let transport = match args.transport {
         BenchTransport::Tcp => Transport::Tcp,
         BenchTransport::Rdma => Transport::Rdma,
+        BenchTransport::Shm => Transport::Shm,
     };
     let timeout_set = global.timeout_ms.is_some() || std::env::var_os("MEMKV_TIMEOUT_MS").is_some();
     let (mut config, local) = if args.local {
@@ -222,6 +225,7 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         transport: match args.transport {
             BenchTransport::Tcp => "tcp",
             BenchTransport::Rdma => "rdma",
+            BenchTransport::Shm => "shm",
         },
         servers: &servers,
         local: args.local,
