@@ -73,6 +73,7 @@ pub use config::{
 };
 pub use error::{Result, StoreError};
 pub use file::inspect::{DriveContents, inspect_drive};
+pub use file::io::DriveIo;
 pub use reservation::Reservation;
 pub use stats::{DeviceStats, StoreStats};
 pub use store::Store;

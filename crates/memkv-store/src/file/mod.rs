@@ -55,12 +55,14 @@ impl FileSpace {
 }
 
 /// How drives are opened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone)]
 pub(crate) enum DriveAccess {
     /// Through the page cache (file mode), reading as configured.
     PageCache(crate::config::FileReads),
     /// O_DIRECT through io_uring (direct mode).
     Direct,
+    /// Drives the caller opened, one per configured drive, in order.
+    Injected(Vec<Arc<dyn io::DriveIo>>),
 }
 
 pub(crate) struct FileBackend {

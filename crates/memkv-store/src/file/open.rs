@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use super::commit::{BATCH_BYTES, GroupCommit};
 use super::direct::DirectDrive;
 use super::extents::{ExtentAllocator, split_extent};
-use super::io::{ExtentIo, FileDrive};
+use super::io::{ExtentIo, FileDrive, InjectedDrive};
 use super::journal::{CommitRecord, Journal, MAX_BODY, PAGE, Record, SNAPSHOT_BYTES_PER_ENTRY};
 use super::superblock::{FORMAT_VERSION, Probe, SUPERBLOCK_LEN, Superblock};
 use super::{DriveAccess, DriveHealth, FileBackend, FileBlock, Layout};
@@ -31,14 +31,24 @@ pub(super) fn open(
     let mut probes = Vec::new();
     for (i, cfg) in cfgs.iter().enumerate() {
         let name = format!("storage.drives[{i}] ({})", cfg.path.display());
-        let opened: std::io::Result<Arc<dyn ExtentIo>> = match access {
+        let opened: std::io::Result<Arc<dyn ExtentIo>> = match &access {
             DriveAccess::PageCache(reads) => {
-                let mapped = reads == crate::config::FileReads::Mapped;
+                let mapped = *reads == crate::config::FileReads::Mapped;
                 FileDrive::open(&cfg.path, cfg.size, DEFAULT_DRIVE_SIZE, mapped)
                     .map(|d| Arc::new(d) as Arc<dyn ExtentIo>)
             }
             DriveAccess::Direct => DirectDrive::open(&cfg.path, cfg.size, DEFAULT_DRIVE_SIZE)
                 .map(|d| Arc::new(d) as Arc<dyn ExtentIo>),
+            DriveAccess::Injected(given) => {
+                if given.len() != cfgs.len() {
+                    return Err(StoreError::BadRequest(format!(
+                        "{} drives given to open on, but storage.drives lists {}",
+                        given.len(),
+                        cfgs.len()
+                    )));
+                }
+                Ok(Arc::new(InjectedDrive(Arc::clone(&given[i]))) as Arc<dyn ExtentIo>)
+            }
         };
         let drive = opened
             .map_err(|e| StoreError::Io(std::io::Error::new(e.kind(), format!("{name}: {e}"))))?;
