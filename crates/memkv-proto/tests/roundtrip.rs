@@ -126,6 +126,48 @@ proptest! {
         }
         memkv_proto::fuzzing::decode_everything(&frame);
     }
+
+    /// The handshake target's body: arbitrary bytes, and whole valid exchanges with bytes
+    /// flipped, never panic.
+    #[test]
+    fn handshake_target_never_panics(data in bytes(600), options in 0u8..4, flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..6)) {
+        memkv_proto::fuzzing::handshake(&data);
+        let (server_side, client_side) = memkv_proto::fuzzing::handshake_exchanges(options);
+        for mut input in [server_side, client_side] {
+            for &(at, x) in &flips {
+                let n = input.len();
+                input[at % n] ^= x;
+            }
+            memkv_proto::fuzzing::handshake(&input);
+        }
+    }
+
+    /// The batch-payload target's body (decoded items re-encode to themselves) on arbitrary
+    /// and on mutated valid payloads.
+    #[test]
+    fn batch_payloads_target_holds(data in bytes(600), pick in any::<u8>(), keys in proptest::collection::vec(bytes(12), 0..6), flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4)) {
+        memkv_proto::fuzzing::batch_payloads(&data);
+        let mut payload = vec![pick];
+        payload.extend_from_slice(&batch::encode_keys(&keys));
+        for (at, x) in flips {
+            let n = payload.len();
+            payload[at % n] ^= x;
+        }
+        memkv_proto::fuzzing::batch_payloads(&payload);
+    }
+
+    /// The Connect target's body (a decoded endpoint re-encodes to itself) on arbitrary bytes
+    /// and on endpoints with bytes flipped.
+    #[test]
+    fn connect_payload_target_holds(data in bytes(80), flips in proptest::collection::vec((0usize..64, any::<u8>()), 0..4)) {
+        memkv_proto::fuzzing::connect_payload(&data);
+        let mut encoded = memkv_proto::connect::RdmaEndpoint { mtu: 4096, rc_capable: true, ..Default::default() }.encode();
+        for (at, x) in flips {
+            let n = encoded.len();
+            encoded[at % n] ^= x;
+        }
+        memkv_proto::fuzzing::connect_payload(&encoded);
+    }
 }
 
 #[test]

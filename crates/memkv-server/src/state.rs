@@ -143,6 +143,8 @@ impl StatusSource for Shared {
                         usable_bytes: d.usable,
                         used_bytes: d.used,
                         online: d.online,
+                        read_errors: d.read_errors,
+                        write_errors: d.write_errors,
                     })
                     .collect(),
             },

@@ -61,6 +61,8 @@ impl StatusSource for FakeSource {
                     usable_bytes: 180,
                     used_bytes: 50,
                     online: true,
+                    read_errors: 2,
+                    write_errors: 1,
                 }],
             },
             connections: ConnectionStatus {
@@ -251,6 +253,8 @@ async fn status_has_the_documented_shape() {
     assert_eq!(body["storage"]["used_bytes_total"], 50);
     assert_eq!(body["storage"]["devices"][0]["media"], "/tmp/d0");
     assert_eq!(body["storage"]["devices"][0]["online"], true);
+    assert_eq!(body["storage"]["devices"][0]["read_errors"], 2);
+    assert_eq!(body["storage"]["devices"][0]["write_errors"], 1);
     assert_eq!(body["connections"]["auth_failures"], 2);
     assert_eq!(body["transports"]["tcp"], true);
     assert_eq!(body["rdma"]["reason"], "rdma.enabled is false");

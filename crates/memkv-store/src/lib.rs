@@ -72,7 +72,9 @@ pub use config::{
     DriveConfig, EvictionPolicy, FileReads, MAX_KEY_LEN, StoreConfig, StoreMode,
 };
 pub use error::{Result, StoreError};
+pub use file::DRIVE_ERROR_LIMIT;
 pub use file::inspect::{DriveContents, inspect_drive};
+pub use file::io::DriveIo;
 pub use reservation::Reservation;
 pub use stats::{DeviceStats, StoreStats};
 pub use store::Store;

@@ -32,9 +32,13 @@ pub struct DeviceStats {
     pub raw: u64,
     pub usable: u64,
     pub used: u64,
-    /// False once the drive failed an I/O (or the whole store failed): its values read as
-    /// misses and new values go to the other drives until the store is reopened.
+    /// False once the drive returned `DRIVE_ERROR_LIMIT` I/O errors (or the whole store
+    /// failed): its values read as misses and new values go to the other drives until the
+    /// store is reopened.
     pub online: bool,
-    /// Reads of values on this drive that failed with an I/O error (each served as a miss).
+    /// Reads of values on this drive that failed with an I/O error (each served as a miss;
+    /// while the drive is online the value is also dropped, its sectors being bad).
     pub read_errors: u64,
+    /// Writes of values to this drive that failed with an I/O error (each failed its put).
+    pub write_errors: u64,
 }

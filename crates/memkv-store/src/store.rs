@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{EvictionPolicy, StoreConfig, StoreMode, check_key};
 use crate::error::{Result, StoreError};
+use crate::file::io::DriveIo;
 use crate::file::{DriveAccess, FileBackend, MAX_EXTENTS_PER_VALUE};
 use crate::memory::MemoryBackend;
 use crate::pins::PinTable;
@@ -56,6 +57,23 @@ impl Store {
     /// Validates `config` and opens the store (mapping the arena, or formatting / replaying
     /// the drives).
     pub fn open(config: StoreConfig) -> Result<Self> {
+        Self::open_with(config, None)
+    }
+
+    /// Opens a file- or direct-mode store on drives the caller provides, one per entry of
+    /// `storage.drives` and in that order, instead of opening those paths (the entries' paths
+    /// and sizes are then unused; each drive names itself). The fault-injection tests open the
+    /// store on simulated drives this way.
+    pub fn open_on_drives(config: StoreConfig, drives: Vec<Arc<dyn DriveIo>>) -> Result<Self> {
+        if matches!(config.mode, StoreMode::Memory { .. }) {
+            return Err(StoreError::BadRequest(
+                "open_on_drives needs file or direct mode; the config is memory mode".into(),
+            ));
+        }
+        Self::open_with(config, Some(drives))
+    }
+
+    fn open_with(config: StoreConfig, injected: Option<Vec<Arc<dyn DriveIo>>>) -> Result<Self> {
         config.validate()?;
         let (backend, capacity) = match &config.mode {
             StoreMode::Memory {
@@ -74,9 +92,10 @@ impl Store {
                         config.max_value_size
                     )));
                 }
-                let access = match config.mode {
-                    StoreMode::Direct { .. } => DriveAccess::Direct,
-                    _ => DriveAccess::PageCache(config.file_reads),
+                let access = match (injected, &config.mode) {
+                    (Some(given), _) => DriveAccess::Injected(given),
+                    (None, StoreMode::Direct { .. }) => DriveAccess::Direct,
+                    (None, _) => DriveAccess::PageCache(config.file_reads),
                 };
                 let f = FileBackend::open(drives, *block_size, access)?;
                 let cap = f.device_stats().iter().map(|d| d.usable).sum();

@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::rng::{Rng, seed_from_env};
 use common::{TempDir, direct_config, file_config};
 use memkv_store::{EvictionPolicy, Store, StoreConfig, checksum};
 
@@ -18,19 +19,6 @@ const CHILD_ENV: &str = "MEMKV_CRASH_CHILD";
 const KEYS: u64 = 24;
 const TIME_BUDGET: Duration = Duration::from_secs(12);
 const MIN_ITERATIONS: u64 = 8;
-
-/// splitmix64: small, deterministic, good enough to drive a workload.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 /// Deterministic, self-describing content for (key, version, len).
 fn content(key: u64, version: u64, len: usize) -> Vec<u8> {
@@ -147,15 +135,7 @@ fn crash_recovery_direct() {
 }
 
 fn crash_recovery_in(direct: bool) {
-    let seed = std::env::var("MEMKV_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = seed_from_env("MEMKV_CRASH_SEED");
     eprintln!("crash_recovery: MEMKV_CRASH_SEED={seed}");
     let dir = if direct {
         TempDir::on_disk("crash-direct")

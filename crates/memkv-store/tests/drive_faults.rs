@@ -1,18 +1,30 @@
-//! A drive that starts failing I/O goes offline on its own: its values read as misses (counted
-//! per drive), new values go to the other drives, and the store keeps serving. The failure is
-//! made for real: the drive file is truncated under the running store (a test double for a
-//! drive that vanished), so its reads come back short.
+//! A drive that starts failing I/O goes offline on its own once it reaches
+//! `DRIVE_ERROR_LIMIT` errors: its values read as misses (counted per drive), new values go to
+//! the other drives, and the store keeps serving. Below the limit an error is a bad sector:
+//! the value on it is counted and dropped, or the put writing it fails, and the drive stays in
+//! service.
+//!
+//! The whole-drive failure is made for real: the drive file is truncated under the running
+//! store (a test double for a drive that vanished), so its reads come back short. Bad sectors
+//! come from the simulated drive of tests/common/fault_drive.rs, failing chosen byte ranges.
 
 mod common;
 
+use std::sync::Arc;
+
+use common::fault_drive::{Failing, FaultDrive, Power};
+use common::rng::Rng;
 use common::{TempDir, direct_config, file_config};
-use memkv_store::{FileReads, Store, StoreConfig};
+use memkv_store::{
+    DRIVE_ERROR_LIMIT, DriveConfig, DriveIo, FileReads, Store, StoreConfig, StoreMode,
+};
 
 fn run(config: StoreConfig, second_drive: std::path::PathBuf) {
     let store = Store::open(config).unwrap();
     // One extent each, so every value lives on one drive.
     let value = |i: usize| vec![i as u8; 200_000];
-    for i in 0..16 {
+    // Striped round robin: 12 values on drive 1, more than its error limit.
+    for i in 0..24 {
         store.put(format!("k{i}").as_bytes(), &value(i)).unwrap();
     }
     let before = store.stats();
@@ -29,7 +41,7 @@ fn run(config: StoreConfig, second_drive: std::path::PathBuf) {
         .unwrap();
     let mut found = 0;
     let mut missed = 0;
-    for i in 0..16 {
+    for i in 0..24 {
         match store.get(format!("k{i}").as_bytes()).unwrap() {
             Some(v) => {
                 assert!(*v == value(i)[..], "k{i}: wrong bytes served");
@@ -70,4 +82,135 @@ fn a_failing_drive_goes_offline_in_file_mode() {
     let mut config = file_config(&dir, 2, 32 << 20, 256 << 10);
     config.file_reads = FileReads::Pread;
     run(config, dir.path().join("drive1"));
+}
+
+const BLOCK: u64 = 64 << 10;
+/// Superblock and journal (2 MiB), then 24 extents.
+const SIM_DRIVE_BYTES: usize = (2 << 20) + 24 * BLOCK as usize;
+
+/// A direct-mode store on two simulated drives holding `images` (blank ones are formatted).
+fn open_simulated(images: Vec<Vec<u8>>) -> (Store, Vec<Arc<FaultDrive>>) {
+    let power = Power::cut_at(u64::MAX);
+    let drives: Vec<Arc<FaultDrive>> = images
+        .into_iter()
+        .enumerate()
+        .map(|(i, img)| FaultDrive::new(&format!("sim-drive-{i}"), img, 4096, Arc::clone(&power)))
+        .collect();
+    let mut config = StoreConfig::direct(
+        (0..drives.len())
+            .map(|i| DriveConfig {
+                path: format!("sim-drive-{i}").into(),
+                size: None,
+            })
+            .collect(),
+    );
+    if let StoreMode::Direct { block_size, .. } = &mut config.mode {
+        *block_size = BLOCK;
+    }
+    let io = drives
+        .iter()
+        .map(|d| Arc::clone(d) as Arc<dyn DriveIo>)
+        .collect();
+    (Store::open_on_drives(config, io).unwrap(), drives)
+}
+
+/// 30 000 bytes no other value shares a 64-byte run with.
+fn sim_value(i: usize) -> Vec<u8> {
+    let mut rng = Rng(i as u64 + 1);
+    (0..30_000 / 8)
+        .flat_map(|_| rng.next().to_le_bytes())
+        .collect()
+}
+
+/// Where `value` starts on a drive, past the metadata.
+fn find(drive: &FaultDrive, value: &[u8]) -> Option<u64> {
+    let image = drive.current_image();
+    image[2 << 20..]
+        .windows(64)
+        .position(|w| w == &value[..64])
+        .map(|p| (p + (2 << 20)) as u64)
+}
+
+#[test]
+fn a_bad_sector_drops_its_value_and_the_drive_keeps_serving() {
+    let (store, drives) = open_simulated(vec![vec![0; SIM_DRIVE_BYTES]; 2]);
+    for i in 0..8 {
+        store
+            .put(format!("k{i}").as_bytes(), &sim_value(i))
+            .unwrap();
+    }
+    let victim = sim_value(3);
+    let (d, at) = drives
+        .iter()
+        .enumerate()
+        .find_map(|(d, drive)| find(drive, &victim).map(|at| (d, at)))
+        .expect("k3 is on a drive");
+    // One unreadable sector in the middle of k3.
+    drives[d].fail_range(at + 8192..at + 8193, Failing::Reads);
+    assert!(
+        store.get(b"k3").unwrap().is_none(),
+        "an unreadable value is a miss"
+    );
+    let stats = store.stats();
+    assert_eq!(stats.per_device[d].read_errors, 1, "{stats:?}");
+    assert!(
+        stats.per_device.iter().all(|s| s.online),
+        "one bad sector is not a dead drive: {stats:?}"
+    );
+    assert_eq!(
+        stats.blocks, 7,
+        "the unreadable value is dropped: {stats:?}"
+    );
+    assert_eq!(
+        stats.checksum_failures, 0,
+        "an unreadable value is not a corrupt one"
+    );
+    for i in (0..8).filter(|&i| i != 3) {
+        assert!(*store.get(format!("k{i}").as_bytes()).unwrap().unwrap() == sim_value(i)[..]);
+    }
+    // The drop was journaled: after a restart (the sector readable again, say, after a
+    // remap) the value stays gone rather than coming back from a stale record.
+    store.close().unwrap();
+    let images = drives.iter().map(|d| d.current_image()).collect();
+    drop(store);
+    let (store, _) = open_simulated(images);
+    assert!(store.get(b"k3").unwrap().is_none());
+    assert_eq!(store.stats().blocks, 7);
+}
+
+#[test]
+fn failing_writes_fail_their_puts_until_the_drive_goes_offline() {
+    let (store, drives) = open_simulated(vec![vec![0; SIM_DRIVE_BYTES]; 2]);
+    // Every data extent of drive 1 refuses writes.
+    drives[1].fail_range(2 << 20..SIM_DRIVE_BYTES as u64, Failing::Writes);
+    let mut failed = 0;
+    let mut stored = Vec::new();
+    for i in 0..(2 * DRIVE_ERROR_LIMIT as usize + 6) {
+        match store.put(format!("k{i}").as_bytes(), &sim_value(i)) {
+            Ok(()) => stored.push(i),
+            Err(e) => {
+                assert!(
+                    e.to_string().contains("storage.drives[1]"),
+                    "the error names the drive: {e}"
+                );
+                failed += 1;
+            }
+        }
+    }
+    let stats = store.stats();
+    assert_eq!(failed, DRIVE_ERROR_LIMIT, "{stats:?}");
+    assert_eq!(
+        stats.per_device[1].write_errors, DRIVE_ERROR_LIMIT,
+        "{stats:?}"
+    );
+    assert!(
+        !stats.per_device[1].online && stats.per_device[0].online,
+        "{stats:?}"
+    );
+    // Once drive 1 is out, every put lands on drive 0 and every stored value reads back.
+    assert!(stored.len() > DRIVE_ERROR_LIMIT as usize, "{stored:?}");
+    for i in stored {
+        assert!(*store.get(format!("k{i}").as_bytes()).unwrap().unwrap() == sim_value(i)[..]);
+    }
+    assert!(drives[1].failed_requests() >= DRIVE_ERROR_LIMIT);
 }

@@ -169,3 +169,23 @@ fn memkv_client_configs_with_license_and_mtu_load() {
     let e = err(Some(&format!("auth_key: {KEY_A}\nlicence_typo: x\n")), &[]);
     assert!(e.contains("licence_typo"), "{e}");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+    /// A hostile or garbled MEMKV_CONFIG file gets an error, never a panic (the property
+    /// behind fuzz/fuzz_targets/client_config.rs).
+    #[test]
+    fn arbitrary_config_files_never_panic(text in "[ a-z_.:#|>\\[\\]{}'\"\\-\n0-9,]{0,160}") {
+        let _ = resolve(Some(&text), &[]);
+    }
+
+    #[test]
+    fn known_keys_with_arbitrary_values_never_panic(
+        key in proptest::sample::select(vec!["servers", "auth_key", "transport", "num_connections", "timeout_ms", "deadline", "pkey_index", "rdma_devices", "num_dcis", "payload_mac", "mtu", "license"]),
+        value in "[ -~]{0,40}",
+    ) {
+        let _ = resolve(Some(&format!("{key}: {value}\n")), &[]);
+        let _ = resolve(Some(&format!("{key}:\n  - {value}\n")), &[]);
+    }
+}

@@ -152,6 +152,10 @@ pub struct DeviceStatus {
     pub usable_bytes: u64,
     pub used_bytes: u64,
     pub online: bool,
+    /// Reads of values on this drive that failed with an I/O error (each answered as a miss).
+    pub read_errors: u64,
+    /// Writes of values to this drive that failed with an I/O error (each failed its put).
+    pub write_errors: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

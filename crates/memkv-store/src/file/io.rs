@@ -33,6 +33,47 @@ pub(crate) trait ExtentIo: Send + Sync {
     fn path(&self) -> &Path;
 }
 
+/// A drive the store is opened on instead of the paths in its config
+/// ([`crate::Store::open_on_drives`]): positional, synchronous block I/O by byte offset.
+///
+/// This is the seam the fault-injection tests put a simulated drive behind (power loss, torn
+/// sectors, bit flips, failing extents); any other backing (a remote volume, a device the
+/// store should not open itself) fits it too. The store keeps its own layout on it: drive 0
+/// holds the superblock and the journal, every drive holds extents.
+pub trait DriveIo: Send + Sync {
+    /// Fills `buf` from `offset`, or fails (the drive then goes offline for this store).
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Writes `buf` at `offset`; not durable until [`Self::sync`] returns.
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// Makes every completed write durable.
+    fn sync(&self) -> io::Result<()>;
+    /// Usable bytes.
+    fn len(&self) -> u64;
+    /// The name the store uses for this drive in errors, logs and stats.
+    fn path(&self) -> &Path;
+}
+
+/// An injected [`DriveIo`] seen through the store's own trait (no one-pass hashing reads).
+pub(crate) struct InjectedDrive(pub std::sync::Arc<dyn DriveIo>);
+
+impl ExtentIo for InjectedDrive {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.0.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.0.write_at(offset, buf)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync()
+    }
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
 /// A drive that is a regular file, accessed through the page cache: written with `pwrite`,
 /// read through a shared mapping where the kernel allows (one pass that copies and hashes),
 /// else with `pread`.

@@ -55,12 +55,14 @@ impl FileSpace {
 }
 
 /// How drives are opened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone)]
 pub(crate) enum DriveAccess {
     /// Through the page cache (file mode), reading as configured.
     PageCache(crate::config::FileReads),
     /// O_DIRECT through io_uring (direct mode).
     Direct,
+    /// Drives the caller opened, one per configured drive, in order.
+    Injected(Vec<Arc<dyn io::DriveIo>>),
 }
 
 pub(crate) struct FileBackend {
@@ -76,17 +78,27 @@ pub(crate) struct FileBackend {
     health: DriveHealth,
 }
 
-/// Which drives failed an I/O since the store opened, and how many reads each failed.
+/// I/O errors one drive may return before it is taken out of service. Fewer are bad sectors:
+/// the value on them is dropped and the drive keeps serving the rest; this many means the
+/// drive itself is failing (or gone).
+pub const DRIVE_ERROR_LIMIT: u64 = 8;
+
+/// Each drive's I/O errors since the store opened, and which drives are offline.
 pub(crate) struct DriveHealth {
     offline: Box<[AtomicBool]>,
+    errors: Box<[AtomicU64]>,
     read_errors: Box<[AtomicU64]>,
+    write_errors: Box<[AtomicU64]>,
 }
 
 impl DriveHealth {
     pub fn new(drives: usize) -> Self {
+        let counters = || (0..drives).map(|_| AtomicU64::new(0)).collect();
         DriveHealth {
             offline: (0..drives).map(|_| AtomicBool::new(false)).collect(),
-            read_errors: (0..drives).map(|_| AtomicU64::new(0)).collect(),
+            errors: counters(),
+            read_errors: counters(),
+            write_errors: counters(),
         }
     }
 
@@ -94,10 +106,15 @@ impl DriveHealth {
         !self.offline[drive].load(Ordering::Acquire)
     }
 
-    /// Takes `drive` out of service after an I/O error on it.
+    /// Counts an I/O error on `drive`; the [`DRIVE_ERROR_LIMIT`]th takes it out of service.
     fn fail(&self, drive: usize, path: &Path, e: &std::io::Error) {
+        let n = self.errors[drive].fetch_add(1, Ordering::AcqRel) + 1;
+        if n < DRIVE_ERROR_LIMIT {
+            tracing::warn!(drive = %path.display(), error = %e, errors = n, limit = DRIVE_ERROR_LIMIT, "drive I/O error; the drive stays online until it reaches the limit");
+            return;
+        }
         if !self.offline[drive].swap(true, Ordering::AcqRel) {
-            tracing::error!(drive = %path.display(), error = %e, "drive failed an I/O; it is offline until the store reopens: its values read as misses and new values go to the other drives");
+            tracing::error!(drive = %path.display(), error = %e, errors = n, "drive reached its I/O error limit; it is offline until the store reopens: its values read as misses and new values go to the other drives");
         }
     }
 }
@@ -139,10 +156,7 @@ impl FileBackend {
                 "value length differs from its space".into(),
             ));
         }
-        self.layout()
-            .for_each_piece(&space.extents.ids, 0, space.len, |io, at, r| {
-                io.write_at(at, &data[r])
-            })?;
+        self.write_pieces(&space.extents.ids, 0, data)?;
         space.hashed = None;
         Ok(())
     }
@@ -155,10 +169,7 @@ impl FileBackend {
                 space.len
             )));
         }
-        self.layout()
-            .for_each_piece(&space.extents.ids, off, len, |io, at, r| {
-                io.write_at(at, &data[r])
-            })?;
+        self.write_pieces(&space.extents.ids, off, data)?;
         space.hashed = match space.hashed {
             Some(h) if h == off => {
                 space.hasher.update(data);
@@ -169,7 +180,25 @@ impl FileBackend {
         Ok(())
     }
 
-    fn read_extents(&self, ids: &[u64], len: u64, buf: &mut [u8]) -> std::io::Result<u64> {
+    /// Writes `data` at `off` of a value's extents; a failure is counted against its drive and
+    /// fails the write (the caller's space is then freed).
+    fn write_pieces(&self, ids: &[u64], off: u64, data: &[u8]) -> Result<()> {
+        self.layout()
+            .for_each_piece(ids, off, data.len() as u64, |io, at, r| {
+                io.write_at(at, &data[r])
+            })
+            .map_err(|e| {
+                self.health.write_errors[e.drive].fetch_add(1, Ordering::Relaxed);
+                e.into()
+            })
+    }
+
+    fn read_extents(
+        &self,
+        ids: &[u64],
+        len: u64,
+        buf: &mut [u8],
+    ) -> std::result::Result<u64, DriveError> {
         self.layout().read_hashed(ids, len, buf)
     }
 
@@ -269,13 +298,18 @@ impl FileBackend {
         }
         let actual = match self.read_extents(&block.extents.ids, block.len, buf) {
             Ok(sum) => sum,
-            Err(e) => {
-                // The layout took the failing drive offline; the value stays indexed (the drive
-                // may be back after a restart) and reads as a miss meanwhile.
-                if let Some(d) = drives_of().find(|&d| !self.health.online(d)) {
-                    self.health.read_errors[d].fetch_add(1, Ordering::Relaxed);
+            Err(DriveError { drive, error }) => {
+                self.health.read_errors[drive].fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(key = ?String::from_utf8_lossy(key), drive, %error, "value unreadable; served as a miss");
+                // On a drive that stays online the error was a bad sector: the value is gone,
+                // so it is dropped. On one the error took offline, the value stays indexed (the
+                // drive may be back after a restart) and reads as a miss meanwhile.
+                if self.health.online(drive) {
+                    self.submit(Op::Delete {
+                        key: key.into(),
+                        only_if: Some(block),
+                    })?;
                 }
-                tracing::warn!(key = ?String::from_utf8_lossy(key), error = %e, "value unreadable; served as a miss");
                 return Ok(None);
             }
         };
@@ -341,6 +375,7 @@ impl FileBackend {
                 used: used * self.block_size,
                 online: store_ok && self.health.online(i),
                 read_errors: self.health.read_errors[i].load(Ordering::Relaxed),
+                write_errors: self.health.write_errors[i].load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -354,15 +389,32 @@ pub(crate) struct Layout<'a> {
     data_offset: u64,
 }
 
+/// An I/O error and the drive (its index) that returned it.
+#[derive(Debug)]
+pub(crate) struct DriveError {
+    pub drive: usize,
+    pub error: std::io::Error,
+}
+
+impl From<DriveError> for StoreError {
+    fn from(e: DriveError) -> Self {
+        StoreError::Io(std::io::Error::new(
+            e.error.kind(),
+            format!("storage.drives[{}]: {}", e.drive, e.error),
+        ))
+    }
+}
+
 impl Layout<'_> {
     /// Calls `f(drive, drive_offset, range_in_value)` for each extent piece of `[off, off+len)`.
+    /// An error is counted against its drive's health and names the drive.
     fn for_each_piece(
         &self,
         ids: &[u64],
         off: u64,
         len: u64,
         mut f: impl FnMut(&dyn ExtentIo, u64, std::ops::Range<usize>) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
+    ) -> std::result::Result<(), DriveError> {
         let mut pos = off;
         let end = off + len;
         while pos < end {
@@ -372,8 +424,10 @@ impl Layout<'_> {
             let (d, i) = split_extent(ids[k]);
             let at = self.data_offset + u64::from(i) * self.block_size + within;
             let drive = &*self.drives[d];
-            f(drive, at, (pos - off) as usize..(pos - off + n) as usize)
-                .inspect_err(|e| self.health.fail(d, drive.path(), e))?;
+            f(drive, at, (pos - off) as usize..(pos - off + n) as usize).map_err(|error| {
+                self.health.fail(d, drive.path(), &error);
+                DriveError { drive: d, error }
+            })?;
             pos += n;
         }
         Ok(())
@@ -382,7 +436,12 @@ impl Layout<'_> {
     /// Reads a value into `buf` (exactly `len` bytes long) and returns its xxh3-64. A drive
     /// that can copies and hashes in one pass; otherwise reads go in pieces of at most 256 KiB,
     /// each hashed while it is still in cache.
-    fn read_hashed(&self, ids: &[u64], len: u64, buf: &mut [u8]) -> std::io::Result<u64> {
+    fn read_hashed(
+        &self,
+        ids: &[u64],
+        len: u64,
+        buf: &mut [u8],
+    ) -> std::result::Result<u64, DriveError> {
         const PIECE: usize = 256 << 10;
         let mut hasher = IncrementalXxh3::new(buf.len());
         self.for_each_piece(ids, 0, len, |io, at, r| {

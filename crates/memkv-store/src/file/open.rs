@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use super::commit::{BATCH_BYTES, GroupCommit};
 use super::direct::DirectDrive;
 use super::extents::{ExtentAllocator, split_extent};
-use super::io::{ExtentIo, FileDrive};
+use super::io::{ExtentIo, FileDrive, InjectedDrive};
 use super::journal::{CommitRecord, Journal, MAX_BODY, PAGE, Record, SNAPSHOT_BYTES_PER_ENTRY};
-use super::superblock::{FORMAT_VERSION, Probe, SUPERBLOCK_LEN, Superblock};
+use super::superblock::{FLAG_FORMATTING, FORMAT_VERSION, Probe, SUPERBLOCK_LEN, Superblock};
 use super::{DriveAccess, DriveHealth, FileBackend, FileBlock, Layout};
 use crate::config::{DEFAULT_DRIVE_SIZE, DriveConfig};
 use crate::error::{Result, StoreError};
@@ -31,14 +31,24 @@ pub(super) fn open(
     let mut probes = Vec::new();
     for (i, cfg) in cfgs.iter().enumerate() {
         let name = format!("storage.drives[{i}] ({})", cfg.path.display());
-        let opened: std::io::Result<Arc<dyn ExtentIo>> = match access {
+        let opened: std::io::Result<Arc<dyn ExtentIo>> = match &access {
             DriveAccess::PageCache(reads) => {
-                let mapped = reads == crate::config::FileReads::Mapped;
+                let mapped = *reads == crate::config::FileReads::Mapped;
                 FileDrive::open(&cfg.path, cfg.size, DEFAULT_DRIVE_SIZE, mapped)
                     .map(|d| Arc::new(d) as Arc<dyn ExtentIo>)
             }
             DriveAccess::Direct => DirectDrive::open(&cfg.path, cfg.size, DEFAULT_DRIVE_SIZE)
                 .map(|d| Arc::new(d) as Arc<dyn ExtentIo>),
+            DriveAccess::Injected(given) => {
+                if given.len() != cfgs.len() {
+                    return Err(StoreError::BadRequest(format!(
+                        "{} drives given to open on, but storage.drives lists {}",
+                        given.len(),
+                        cfgs.len()
+                    )));
+                }
+                Ok(Arc::new(InjectedDrive(Arc::clone(&given[i]))) as Arc<dyn ExtentIo>)
+            }
         };
         let drive = opened
             .map_err(|e| StoreError::Io(std::io::Error::new(e.kind(), format!("{name}: {e}"))))?;
@@ -52,24 +62,31 @@ pub(super) fn open(
         probes.push(Superblock::probe(&page, &name)?);
         drives.push(drive);
     }
-    let blank = probes.iter().filter(|p| matches!(p, Probe::Blank)).count();
-    let sbs = if blank == probes.len() {
-        format(&drives, block_size)?
-    } else if blank == 0 {
-        let sbs: Vec<Superblock> = probes
-            .into_iter()
-            .map(|p| match p {
-                Probe::Formatted(sb) => sb,
-                Probe::Blank => unreachable!("no blank drives here"),
-            })
-            .collect();
-        check_formatted(&sbs, &drives, block_size)?;
-        sbs
-    } else {
-        return Err(StoreError::Corrupt(format!(
-            "{blank} of {} drives are blank but the others hold a store; refusing to mix them",
-            drives.len()
-        )));
+    let sbs = match classify(&probes) {
+        Found::Blank => format(&drives, block_size)?,
+        Found::UnfinishedFormat => {
+            tracing::warn!(
+                "the drives hold a store whose format never finished (a crash while formatting); formatting them again"
+            );
+            format(&drives, block_size)?
+        }
+        Found::Store => {
+            let sbs: Vec<Superblock> = probes
+                .into_iter()
+                .map(|p| match p {
+                    Probe::Formatted(sb) => sb,
+                    Probe::Blank => unreachable!("classify found no blank drives"),
+                })
+                .collect();
+            check_formatted(&sbs, &drives, block_size)?;
+            sbs
+        }
+        Found::Mixed { blank } => {
+            return Err(StoreError::Corrupt(format!(
+                "{blank} of {} drives are blank but the others hold a store; refusing to mix them",
+                drives.len()
+            )));
+        }
     };
     let (mut journal, records) = Journal::replay(
         Arc::clone(&drives[0]),
@@ -137,6 +154,37 @@ pub(super) fn open(
         failed: AtomicBool::new(false),
         health,
     })
+}
+
+/// What the drives' superblocks say, taken together.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// Every drive is blank: format them.
+    Blank,
+    /// Drive 0 is blank or still marked formatting, and every other drive is one or the other:
+    /// a format was cut short and no value was ever stored, so format again.
+    UnfinishedFormat,
+    /// Every drive holds a superblock and drive 0's format finished.
+    Store,
+    /// Some drives are blank and the others hold a finished store.
+    Mixed { blank: usize },
+}
+
+fn classify(probes: &[Probe]) -> Found {
+    let blank = probes.iter().filter(|p| matches!(p, Probe::Blank)).count();
+    let unfinished = |p: &Probe| match p {
+        Probe::Blank => true,
+        Probe::Formatted(sb) => sb.formatting(),
+    };
+    if blank == probes.len() {
+        Found::Blank
+    } else if probes.first().is_some_and(unfinished) && probes.iter().all(unfinished) {
+        Found::UnfinishedFormat
+    } else if blank == 0 {
+        Found::Store
+    } else {
+        Found::Mixed { blank }
+    }
 }
 
 /// Applies replayed records in order. Commits of the final batch (whose sync a crash may have
@@ -214,6 +262,7 @@ fn format(drives: &[Arc<dyn ExtentIo>], block_size: u64) -> Result<Vec<Superbloc
         }
         let sb = Superblock {
             version: FORMAT_VERSION,
+            flags: FLAG_FORMATTING,
             store_id,
             drive_index: i as u32,
             drive_count: drives.len() as u32,
@@ -227,11 +276,19 @@ fn format(drives: &[Arc<dyn ExtentIo>], block_size: u64) -> Result<Vec<Superbloc
         sbs.push(sb);
     }
     Journal::format(Arc::clone(&drives[0]), journal_offset, half_len)?;
-    // Superblocks last: a crash mid-format leaves the drives blank, to be formatted again.
+    // Superblocks last, each marked as formatting; then drive 0's without the mark, which
+    // finishes the format. A crash before that leaves drives that are blank or marked, which
+    // the next open formats again (`classify`); no drive ever pairs with a finished drive 0
+    // while still blank.
     for (d, sb) in drives.iter().zip(&sbs) {
         d.write_at(0, &sb.encode())?;
         d.sync()?;
     }
+    for sb in &mut sbs {
+        sb.flags &= !FLAG_FORMATTING;
+    }
+    drives[0].write_at(0, &sbs[0].encode())?;
+    drives[0].sync()?;
     Ok(sbs)
 }
 
@@ -319,6 +376,39 @@ mod tests {
         // Earlier batches are never re-verified.
         let live = rebuild(records, &[8], 1 << 20, |c| c.checksum != 1);
         assert_eq!(live.len(), 2);
+    }
+
+    fn formatted(flags: u32) -> Probe {
+        Probe::Formatted(Superblock {
+            version: FORMAT_VERSION,
+            flags,
+            store_id: 1,
+            drive_index: 0,
+            drive_count: 2,
+            block_size: 1 << 20,
+            drive_size: 1 << 30,
+            data_offset: 1 << 20,
+            extents: 8,
+            journal_offset: 4096,
+            journal_half_len: 4096,
+        })
+    }
+
+    #[test]
+    fn a_format_cut_short_is_formatted_again_and_a_real_mix_refused() {
+        use Probe::Blank;
+        let (marked, done) = (|| formatted(FLAG_FORMATTING), || formatted(0));
+        assert_eq!(classify(&[Blank, Blank]), Found::Blank);
+        // Cut before any superblock, between them, or before drive 0's finishing write.
+        assert_eq!(classify(&[marked(), Blank]), Found::UnfinishedFormat);
+        assert_eq!(classify(&[Blank, marked()]), Found::UnfinishedFormat);
+        assert_eq!(classify(&[marked(), marked()]), Found::UnfinishedFormat);
+        // Finished: drive 0 unmarked (the others keep their mark).
+        assert_eq!(classify(&[done(), marked()]), Found::Store);
+        assert_eq!(classify(&[done(), done()]), Found::Store);
+        // A blank drive beside a finished store, or a finished drive beside a blank drive 0.
+        assert_eq!(classify(&[done(), Blank]), Found::Mixed { blank: 1 });
+        assert_eq!(classify(&[Blank, done()]), Found::Mixed { blank: 1 });
     }
 
     #[test]

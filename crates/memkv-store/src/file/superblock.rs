@@ -5,6 +5,8 @@
 //! drive_count:u32 block_size:u64 drive_size:u64 data_offset:u64 extents:u64
 //! journal_offset:u64 journal_half_len:u64 checksum:u64 (xxh3 of everything before it).
 //! The version is read before anything else so a newer layout is refused by number.
+//! Flags: [`FLAG_FORMATTING`] marks a superblock written by a format that has not finished
+//! (builds that predate it ignore flags, and never wrote one).
 
 use crate::error::{Result, StoreError};
 
@@ -12,11 +14,15 @@ pub(crate) const SUPERBLOCK_LEN: usize = 4096;
 pub(crate) const MAGIC: &[u8; 8] = b"MEMKVSB\0";
 /// Format written by this build; older versions are read.
 pub(crate) const FORMAT_VERSION: u32 = 1;
+/// Set on every drive's superblock until the format has finished, which drive 0's superblock
+/// without it marks; a store whose drive 0 is blank or still has it never held a value.
+pub(crate) const FLAG_FORMATTING: u32 = 1;
 const ENCODED_LEN: usize = 8 + 4 + 4 + 16 + 4 + 4 + 8 * 7;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Superblock {
     pub version: u32,
+    pub flags: u32,
     pub store_id: u128,
     pub drive_index: u32,
     pub drive_count: u32,
@@ -40,7 +46,7 @@ impl Superblock {
         let mut b = Vec::with_capacity(SUPERBLOCK_LEN);
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&self.version.to_le_bytes());
-        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&self.flags.to_le_bytes());
         b.extend_from_slice(&self.store_id.to_le_bytes());
         b.extend_from_slice(&self.drive_index.to_le_bytes());
         b.extend_from_slice(&self.drive_count.to_le_bytes());
@@ -58,6 +64,11 @@ impl Superblock {
         b.extend_from_slice(&sum.to_le_bytes());
         b.resize(SUPERBLOCK_LEN, 0);
         b
+    }
+
+    /// Whether this superblock belongs to a format that never finished.
+    pub fn formatting(&self) -> bool {
+        self.flags & FLAG_FORMATTING != 0
     }
 
     /// Decodes a drive's first page; `what` names the drive in errors.
@@ -85,10 +96,11 @@ impl Superblock {
                 "{what}: superblock checksum mismatch"
             )));
         }
-        let _flags = r.u32();
+        let flags = r.u32();
         let store_id = u128::from_le_bytes(r.take(16).try_into().unwrap());
         Ok(Probe::Formatted(Superblock {
             version,
+            flags,
             store_id,
             drive_index: r.u32(),
             drive_count: r.u32(),
@@ -128,6 +140,7 @@ mod tests {
     fn sample() -> Superblock {
         Superblock {
             version: FORMAT_VERSION,
+            flags: 0,
             store_id: 0x1234_5678_9abc_def0_1122_3344_5566_7788,
             drive_index: 1,
             drive_count: 2,

@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod fault_drive;
+pub mod rng;
+
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
