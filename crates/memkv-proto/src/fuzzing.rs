@@ -48,6 +48,8 @@ fn decode_payloads(payload: &[u8], limits: &Limits) {
     let _ = AllocateResponse::decode(payload);
     let _ = StatsResponse::decode(payload);
     let _ = crate::connect::RdmaEndpoint::decode(payload);
+    let _ = crate::local::LocalAttachResponse::decode(payload);
+    let _ = crate::local::AttachAnswer::decode(payload);
 }
 
 /// Handshake target: `data` is one option byte (bit 0: payload MACs on the client's side, bit
@@ -230,5 +232,18 @@ pub fn connect_payload(data: &[u8]) {
             Some(endpoint),
             "a decoded endpoint re-encodes to the same endpoint"
         );
+    }
+}
+
+/// LocalAttach target: a LocalAttach answer that decodes must encode back to the same bytes
+/// (its layout has no slack), and the Unix socket's answer byte decodes without panicking.
+pub fn local_attach(data: &[u8]) {
+    if let Ok(answer) = crate::local::LocalAttachResponse::decode(data) {
+        assert_eq!(answer.encode(), data, "a decoded LocalAttach answer re-encodes exactly");
+    }
+    if let Ok(answer) = crate::local::AttachAnswer::decode(data)
+        && matches!(answer, crate::local::AttachAnswer::Granted)
+    {
+        assert_eq!(data, [0]);
     }
 }
