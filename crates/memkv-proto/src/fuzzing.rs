@@ -239,7 +239,11 @@ pub fn connect_payload(data: &[u8]) {
 /// (its layout has no slack), and the Unix socket's answer byte decodes without panicking.
 pub fn local_attach(data: &[u8]) {
     if let Ok(answer) = crate::local::LocalAttachResponse::decode(data) {
-        assert_eq!(answer.encode(), data, "a decoded LocalAttach answer re-encodes exactly");
+        assert_eq!(
+            answer.encode(),
+            data,
+            "a decoded LocalAttach answer re-encodes exactly"
+        );
     }
     if let Ok(answer) = crate::local::AttachAnswer::decode(data)
         && matches!(answer, crate::local::AttachAnswer::Granted)

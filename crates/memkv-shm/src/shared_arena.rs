@@ -48,6 +48,9 @@ impl From<io::Error> for MapError {
     }
 }
 
+/// Largest arena in 4 KiB pages whose page tables a client fills when it maps it.
+const POPULATE_MAX: u64 = 4 << 30;
+
 /// A server's arena mapped into this process, shared with the server and its other local
 /// clients. Which ranges may be touched, and when, is the protocol's business (a reservation
 /// between Allocate and Commit, a pin between Lookup and Release); this type checks only that
@@ -80,7 +83,17 @@ impl SharedArena {
             file: size,
             announced,
         })?;
-        let map = MmapOptions::new().len(len).map_raw(&file)?;
+        // Prefault the page tables of a small arena (or one in hugepages) now: otherwise every
+        // first copy into or out of a page takes a fault, which a short-lived engine keeps
+        // paying. A large arena in 4 KiB pages would cost page tables (0.2 % of its size) and
+        // seconds here, so it is left to fault in as it is used.
+        let page = std::os::unix::fs::MetadataExt::blksize(&file.metadata()?);
+        let mut options = MmapOptions::new();
+        options.len(len);
+        if announced <= POPULATE_MAX || page >= 2 << 20 {
+            options.populate();
+        }
+        let map = options.map_raw(&file)?;
         Ok(SharedArena {
             map,
             len: announced,

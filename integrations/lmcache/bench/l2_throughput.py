@@ -183,12 +183,19 @@ def main() -> None:
     ap.add_argument("--inflight", type=int, default=4, help="tasks in flight")
     ap.add_argument("--rounds", type=int, default=3, help="store+load rounds per size (best is reported)")
     ap.add_argument("--json", type=Path, help="also write all rows here")
+    ap.add_argument(
+        "--transports",
+        default="auto,tcp",
+        help="memkv client transports to measure, each as its own adapter (auto: shared memory with "
+        "this host's server)",
+    )
     a = ap.parse_args()
     sizes = [int(float(s) * MiB) for s in a.sizes_mib.split(",")]
     rows = []
     with MemkvServer(max_size=f"{2 * a.total_mib + 256} MiB") as srv, redis_server() as redis_port:
+        transports = [t.strip() for t in a.transports.split(",") if t.strip()]
         adapters = {
-            "memkv": build(
+            f"memkv-{t}": build(
                 {
                     "type": "native_plugin",
                     "module_path": "memkv_lmcache",
@@ -196,12 +203,13 @@ def main() -> None:
                     "adapter_params": {
                         "servers": [srv.address],
                         "auth_key": srv.auth_key,
-                        "transport": "tcp",
+                        "transport": t,
                     },
                 }
-            ),
-            "redis": build({"type": "resp", "host": "127.0.0.1", "port": redis_port, "num_workers": 8}),
+            )
+            for t in transports
         }
+        adapters["redis"] = build({"type": "resp", "host": "127.0.0.1", "port": redis_port, "num_workers": 8})
         try:
             for size in sizes:
                 count = max(1, a.total_mib * MiB // size)
@@ -214,28 +222,30 @@ def main() -> None:
         a.json.write_text(json.dumps(rows, indent=1))
     print(
         f"\nbatch {a.batch} x inflight {a.inflight}, {a.total_mib} MiB per size, "
-        f"best of {a.rounds} rounds, loopback TCP"
+        f"best of {a.rounds} rounds, one host (memkv auto = shared memory; Redis over loopback TCP)"
     )
     print(
-        f"{'object':>8} {'op':>6} | {'memkv GiB/s':>11} {'p50 ms':>7} {'p99 ms':>7} | "
+        f"{'object':>8} {'op':>6} {'memkv':>10} | {'memkv GiB/s':>11} {'p50 ms':>7} {'p99 ms':>7} | "
         f"{'redis GiB/s':>11} {'p50 ms':>7} {'p99 ms':>7} | {'x':>5}"
     )
     for size in sizes:
         for op in ("store", "load"):
             best = {}
-            for name in ("memkv", "redis"):
+            for name in adapters:
                 cand = [
                     r
                     for r in rows
                     if r["adapter"] == name and r["op"] == op and r["object_MiB"] == round(size / MiB, 3)
                 ]
                 best[name] = max(cand, key=lambda r: r["GiB_s"])
-            m, r = best["memkv"], best["redis"]
-            print(
-                f"{size / MiB:>6g}Mi {op:>6} | {m['GiB_s']:>11.2f} {m['p50_ms']:>7.1f} {m['p99_ms']:>7.1f} | "
-                f"{r['GiB_s']:>11.2f} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} | "
-                f"{m['GiB_s'] / r['GiB_s']:>5.2f}"
-            )
+            r = best["redis"]
+            for t in transports:
+                m = best[f"memkv-{t}"]
+                print(
+                    f"{size / MiB:>6g}Mi {op:>6} {t:>10} | {m['GiB_s']:>11.2f} {m['p50_ms']:>7.1f} {m['p99_ms']:>7.1f} | "
+                    f"{r['GiB_s']:>11.2f} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f} | "
+                    f"{m['GiB_s'] / r['GiB_s']:>5.2f}"
+                )
     failed = sum(r["failed_tasks"] for r in rows)
     if failed:
         sys.exit(f"{failed} tasks failed")
