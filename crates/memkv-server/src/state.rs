@@ -8,8 +8,8 @@ use memkv_proto::{AuthKey, Limits};
 use memkv_store::Store;
 
 use crate::admin::{
-    DeviceStatus, HealthInputs, HealthReport, MemoryStatus, RdmaStatus, Readiness, StatusReport,
-    StatusSource, StorageStatus, TransportStatus,
+    DeviceStatus, HealthInputs, HealthReport, MemoryStatus, RdmaStatus, Readiness, StagingStatus,
+    StatusReport, StatusSource, StorageStatus, TransportStatus,
 };
 use crate::clients::ClientRegistry;
 use crate::config::{ServerConfig, StorageMode};
@@ -73,6 +73,11 @@ impl Shared {
 
     pub fn auth_failed(&self) {
         self.connections.auth_failed();
+    }
+
+    /// Where a drive-backed server stages RDMA values, when RDMA serves.
+    pub fn staging(&self) -> Option<&crate::staging::Staging> {
+        self.rdma.serving.as_ref().and_then(|s| s.staging.as_ref())
     }
 
     /// The RDMA device RDMA clients are served over, when RDMA serves.
@@ -151,6 +156,19 @@ impl StatusSource for Shared {
                 active: self.rdma.active,
                 reason: self.rdma.reason.clone(),
                 devices: self.rdma.devices.clone(),
+                staging: self.staging().map(|s| {
+                    let r = s.report();
+                    let chunk = r.usage.chunk_size as u64;
+                    StagingStatus {
+                        bytes_total: r.usage.chunks_total as u64 * chunk,
+                        chunk_bytes: chunk,
+                        bytes_in_use: r.usage.chunks_in_use as u64 * chunk,
+                        largest_free_bytes: r.usage.largest_free_run as u64 * chunk,
+                        puts_open: r.puts_open as u64,
+                        gets_open: r.gets_open as u64,
+                        busy_total: r.busy_total,
+                    }
+                }),
             },
             clients,
         }

@@ -261,6 +261,16 @@ impl Store {
         }
     }
 
+    /// The length of the value under `key`, without reading it: to size a buffer for
+    /// [`Store::read_into_slice`] (the value may be replaced meanwhile; that read says so).
+    pub fn value_len(&self, key: &[u8]) -> Result<Option<u64>> {
+        check_key(key)?;
+        Ok(match &self.inner.backend {
+            Backend::Memory(m) => m.get(key).map(|b| b.data.len() as u64),
+            Backend::File(f) => f.index.get(key).map(|b| b.len),
+        })
+    }
+
     /// Copies the value into `buf` (resized to fit) and returns its checksum.
     pub fn read_into(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<u64>> {
         check_key(key)?;

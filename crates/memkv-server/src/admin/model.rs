@@ -178,6 +178,27 @@ pub struct RdmaStatus {
     /// Why RDMA is inactive (disabled in config, no device, port down, ...); `None` if active.
     pub reason: Option<String>,
     pub devices: Vec<RdmaDeviceStatus>,
+    /// Drive-backed modes with RDMA active: the staging RDMA values pass through.
+    pub staging: Option<StagingStatus>,
+}
+
+/// `rdma.staging` in `GET /v1/status` (file and direct mode, RDMA active).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StagingStatus {
+    /// `rdma.staging_size`, as registered.
+    pub bytes_total: u64,
+    /// The chunk (`memory.block_size`); each staged value takes a contiguous run of them.
+    pub chunk_bytes: u64,
+    /// Bytes of chunks held by staged puts and gets.
+    pub bytes_in_use: u64,
+    /// The largest value that can be staged now.
+    pub largest_free_bytes: u64,
+    /// Puts between Allocate and Commit, gets between Lookup and Release.
+    pub puts_open: u64,
+    pub gets_open: u64,
+    /// Allocates and Lookups answered Busy since start because staging was full.
+    pub busy_total: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -64,6 +64,7 @@ pub struct RawRdma {
     pub mtu: Option<u64>,
     pub pkey_index: Option<u64>,
     pub num_dcis: Option<u64>,
+    pub staging_size: Option<SizeText>,
 }
 
 #[derive(Debug, Default, Deserialize)]
