@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Instant;
 
 use memkv_proto::{AuthKey, Limits};
-use memkv_store::Store;
+use memkv_store::{DeviceStats, Store, StoreError};
 
 use crate::admin::{
-    DeviceStatus, HealthInputs, HealthReport, MemoryStatus, RdmaStatus, Readiness, StagingStatus,
-    StatusReport, StatusSource, StorageStatus, TransportStatus,
+    DeviceStatus, DriveAction, DriveChangeError, DriveChangeReport, HealthInputs, HealthReport,
+    MemoryStatus, RdmaStatus, Readiness, StagingStatus, StatusReport, StatusSource, StorageStatus,
+    TransportStatus,
 };
 use crate::clients::ClientRegistry;
 use crate::config::{ServerConfig, StorageMode};
@@ -140,10 +141,12 @@ impl StatusSource for Shared {
                     .iter()
                     .map(|d| DeviceStatus {
                         media: d.path.display().to_string(),
+                        state: drive_state(d).to_owned(),
                         raw_bytes: d.raw,
                         usable_bytes: d.usable,
                         used_bytes: d.used,
                         online: d.online,
+                        read_errors: d.read_errors,
                     })
                     .collect(),
             },
@@ -195,11 +198,62 @@ impl StatusSource for Shared {
         self.sync_store_metrics();
     }
 
+    fn admin_key(&self) -> Option<AuthKey> {
+        Some(self.key.clone())
+    }
+
+    fn change_drive(
+        &self,
+        action: DriveAction,
+        media: &str,
+    ) -> Result<DriveChangeReport, DriveChangeError> {
+        if self.config.storage.mode == StorageMode::Memory {
+            return Err(DriveChangeError::Refused(
+                "storage.mode memory has no drives".into(),
+            ));
+        }
+        let path = std::path::Path::new(media);
+        let changed = match action {
+            DriveAction::Remove => self.store.remove_drive(path),
+            DriveAction::Add => self.store.add_drive(path),
+        }
+        .map_err(|e| match e {
+            StoreError::UnknownDrive(m) => DriveChangeError::UnknownDrive(m),
+            StoreError::Io(e) => DriveChangeError::Io(e.to_string()),
+            StoreError::BadRequest(m) => DriveChangeError::Refused(m),
+            other => DriveChangeError::Refused(other.to_string()),
+        })?;
+        self.sync_store_metrics();
+        let drive = self
+            .status()
+            .storage
+            .devices
+            .into_iter()
+            .find(|d| d.media == media)
+            .unwrap_or_default();
+        Ok(DriveChangeReport {
+            action: action.as_str().to_owned(),
+            changed,
+            drive,
+        })
+    }
+
     fn readiness(&self) -> Readiness {
         match self.phase.load(Ordering::Acquire) {
             READY => Readiness::Ready,
             DRAINING => Readiness::Draining,
             _ => Readiness::Starting,
         }
+    }
+}
+
+/// How `/v1/status` names a drive's state.
+fn drive_state(d: &DeviceStats) -> &'static str {
+    if d.online {
+        "online"
+    } else if d.removed {
+        "removed"
+    } else {
+        "failed"
     }
 }

@@ -61,6 +61,8 @@ impl StatusSource for FakeSource {
                     usable_bytes: 180,
                     used_bytes: 50,
                     online: true,
+                    state: "online".into(),
+                    read_errors: 0,
                 }],
             },
             connections: ConnectionStatus {

@@ -408,6 +408,21 @@ impl Store {
         s
     }
 
+    /// Drive-backed modes: takes the drive configured as `path` out of service (new values go
+    /// to the other drives; its values read as misses until it is added back). `Ok(false)`:
+    /// removed already. Refused for the journal's drive (the first) and for the last drive in
+    /// service.
+    pub fn remove_drive(&self, path: &std::path::Path) -> Result<bool> {
+        self.inner.file_backend()?.remove_drive(path)
+    }
+
+    /// Drive-backed modes: puts the drive configured as `path` back into service, once its
+    /// superblock shows it is this store's drive for that slot (its values, still indexed, are
+    /// served again, each verified against its checksum). `Ok(false)`: in service already.
+    pub fn add_drive(&self, path: &std::path::Path) -> Result<bool> {
+        self.inner.file_backend()?.add_drive(path)
+    }
+
     /// Makes everything written so far durable (file mode; a no-op in memory mode).
     pub fn flush(&self) -> Result<()> {
         match &self.inner.backend {

@@ -148,10 +148,64 @@ pub struct StorageStatus {
 #[serde(default)]
 pub struct DeviceStatus {
     pub media: String,
+    /// `online`, `failed` (an I/O error took it out of service) or `removed` (by the
+    /// operator, `memkv drive remove`).
+    pub state: String,
     pub raw_bytes: u64,
     pub usable_bytes: u64,
     pub used_bytes: u64,
     pub online: bool,
+    /// Reads of values on this drive that failed with an I/O error (each served as a miss).
+    pub read_errors: u64,
+}
+
+/// Body of `POST /v1/drives/remove` and `/v1/drives/add`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriveChangeRequest {
+    /// The drive as the server's configuration names it (`storage.drives[].media`).
+    pub media: String,
+}
+
+/// Answer of a drive change: whether anything changed, and the drive now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DriveChangeReport {
+    /// `remove` or `add`.
+    pub action: String,
+    /// `false`: the drive was already removed (or in service).
+    pub changed: bool,
+    pub drive: DeviceStatus,
+}
+
+/// Which drive change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriveAction {
+    Remove,
+    Add,
+}
+
+impl DriveAction {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Remove => "remove",
+            Self::Add => "add",
+        }
+    }
+}
+
+/// Why a drive change was refused; each maps onto an HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DriveChangeError {
+    /// No such drive in this server's store (404).
+    #[error("{0}")]
+    UnknownDrive(String),
+    /// Not possible now or for this drive (409): memory mode, the journal's drive, the last
+    /// drive in service, a drive that is not this store's.
+    #[error("{0}")]
+    Refused(String),
+    /// The drive could not be read (500).
+    #[error("{0}")]
+    Io(String),
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

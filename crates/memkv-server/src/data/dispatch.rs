@@ -19,7 +19,9 @@ const EMPTY_KEY: &str = "key must not be empty";
 /// The wire status and message for a store error.
 pub fn store_status(e: &StoreError) -> Status {
     match e {
-        StoreError::NotFound | StoreError::UnknownReservation(_) => Status::NotFound,
+        StoreError::NotFound | StoreError::UnknownReservation(_) | StoreError::UnknownDrive(_) => {
+            Status::NotFound
+        }
         StoreError::Full(_) => Status::Full,
         StoreError::TooLarge { .. } => Status::TooLarge,
         StoreError::BadRequest(_) => Status::BadRequest,

@@ -6,13 +6,15 @@
 mod commit;
 mod direct;
 mod extents;
+mod health;
 pub(crate) mod inspect;
 pub(crate) mod io;
 mod journal;
+mod maintenance;
 mod open;
 mod superblock;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -26,6 +28,7 @@ use crate::index::Index;
 use crate::stats::DeviceStats;
 use commit::{GroupCommit, Op};
 use extents::{ExtentAllocator, ExtentSet, split_extent};
+pub(crate) use health::DriveHealth;
 use io::ExtentIo;
 use journal::Journal;
 
@@ -74,32 +77,8 @@ pub(crate) struct FileBackend {
     value_bytes: AtomicU64,
     failed: AtomicBool,
     health: DriveHealth,
-}
-
-/// Which drives failed an I/O since the store opened, and how many reads each failed.
-pub(crate) struct DriveHealth {
-    offline: Box<[AtomicBool]>,
-    read_errors: Box<[AtomicU64]>,
-}
-
-impl DriveHealth {
-    pub fn new(drives: usize) -> Self {
-        DriveHealth {
-            offline: (0..drives).map(|_| AtomicBool::new(false)).collect(),
-            read_errors: (0..drives).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-
-    fn online(&self, drive: usize) -> bool {
-        !self.offline[drive].load(Ordering::Acquire)
-    }
-
-    /// Takes `drive` out of service after an I/O error on it.
-    fn fail(&self, drive: usize, path: &Path, e: &std::io::Error) {
-        if !self.offline[drive].swap(true, Ordering::AcqRel) {
-            tracing::error!(drive = %path.display(), error = %e, "drive failed an I/O; it is offline until the store reopens: its values read as misses and new values go to the other drives");
-        }
-    }
+    /// From the superblocks: a drive that rejoins must carry it.
+    store_id: u128,
 }
 
 impl FileBackend {
@@ -264,7 +243,7 @@ impl FileBackend {
     ) -> Result<Option<u64>> {
         let drives_of = || block.extents.ids.iter().map(|&e| split_extent(e).0);
         if let Some(d) = drives_of().find(|&d| !self.health.online(d)) {
-            self.health.read_errors[d].fetch_add(1, Ordering::Relaxed);
+            self.health.unreadable(d);
             return Ok(None);
         }
         let actual = match self.read_extents(&block.extents.ids, block.len, buf) {
@@ -273,7 +252,7 @@ impl FileBackend {
                 // The layout took the failing drive offline; the value stays indexed (the drive
                 // may be back after a restart) and reads as a miss meanwhile.
                 if let Some(d) = drives_of().find(|&d| !self.health.online(d)) {
-                    self.health.read_errors[d].fetch_add(1, Ordering::Relaxed);
+                    self.health.unreadable(d);
                 }
                 tracing::warn!(key = ?String::from_utf8_lossy(key), error = %e, "value unreadable; served as a miss");
                 return Ok(None);
@@ -340,7 +319,8 @@ impl FileBackend {
                 usable: total * self.block_size,
                 used: used * self.block_size,
                 online: store_ok && self.health.online(i),
-                read_errors: self.health.read_errors[i].load(Ordering::Relaxed),
+                removed: self.health.removed(i),
+                read_errors: self.health.read_errors(i),
             })
             .collect()
     }

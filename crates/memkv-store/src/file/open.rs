@@ -136,6 +136,7 @@ pub(super) fn open(
         value_bytes: AtomicU64::new(value_bytes),
         failed: AtomicBool::new(false),
         health,
+        store_id: sbs[0].store_id,
     })
 }
 
