@@ -191,6 +191,7 @@ async fn reap(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                 let s = Arc::clone(&shared);
                 let _ = tokio::task::spawn_blocking(move || {
                     s.store.reap_expired();
+                    s.store.discard_freed();
                     if let Some(staging) = s.staging() {
                         staging.reap(std::time::Instant::now());
                     }

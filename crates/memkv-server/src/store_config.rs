@@ -48,6 +48,7 @@ pub fn store_config(config: &ServerConfig) -> StoreConfig {
             FileReads::Mapped => StoreFileReads::Mapped,
             FileReads::Pread => StoreFileReads::Pread,
         },
+        discard: config.storage.discard,
     }
 }
 

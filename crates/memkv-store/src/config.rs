@@ -95,6 +95,10 @@ pub struct StoreConfig {
     pub max_value_size: u64,
     /// File mode: how values are read back.
     pub file_reads: FileReads,
+    /// Drive-backed modes: discard freed extents in batches ([`crate::Store::discard_freed`]:
+    /// BLKDISCARD on block devices, hole punching on files), so the drive or filesystem gets
+    /// the space back.
+    pub discard: bool,
 }
 
 impl StoreConfig {
@@ -130,6 +134,7 @@ impl StoreConfig {
             pin_lease: Duration::from_secs(10),
             max_value_size: DEFAULT_MAX_VALUE_SIZE,
             file_reads: FileReads::default(),
+            discard: true,
         }
     }
 

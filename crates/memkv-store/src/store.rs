@@ -78,7 +78,7 @@ impl Store {
                     StoreMode::Direct { .. } => DriveAccess::Direct,
                     _ => DriveAccess::PageCache(config.file_reads),
                 };
-                let f = FileBackend::open(drives, *block_size, access)?;
+                let f = FileBackend::open(drives, *block_size, access, config.discard)?;
                 let cap = f.device_stats().iter().map(|d| d.usable).sum();
                 (Backend::File(Box::new(f)), cap)
             }
@@ -421,6 +421,19 @@ impl Store {
     /// served again, each verified against its checksum). `Ok(false)`: in service already.
     pub fn add_drive(&self, path: &std::path::Path) -> Result<bool> {
         self.inner.file_backend()?.add_drive(path)
+    }
+
+    /// Drive-backed modes: discards the extents freed since the last call, in one batch
+    /// (neighbouring extents as one range), so a drive learns the blocks are free (BLKDISCARD)
+    /// or a drive file gives them back to its filesystem (a punched hole). The extents are
+    /// free again once their discard is done. Returns how many extents were discarded. A
+    /// drive that cannot discard is told once, logged, and skipped from then on. Run it on a
+    /// timer (the server does, every second); a no-op in memory mode or with discard off.
+    pub fn discard_freed(&self) -> u64 {
+        match &self.inner.backend {
+            Backend::Memory(_) => 0,
+            Backend::File(f) => f.discard_freed(),
+        }
     }
 
     /// Makes everything written so far durable (file mode; a no-op in memory mode).

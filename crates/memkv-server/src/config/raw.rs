@@ -44,6 +44,7 @@ pub struct RawStorage {
     pub file_reads: Option<String>,
     pub reservation_lease_secs: Option<u64>,
     pub pin_lease_secs: Option<u64>,
+    pub discard: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

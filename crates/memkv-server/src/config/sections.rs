@@ -124,6 +124,9 @@ pub struct StorageConfig {
     pub reservation_lease: Duration,
     /// How long a looked-up block stays pinned for a one-sided RDMA read.
     pub pin_lease: Duration,
+    /// memkv extension: drive-backed modes discard freed extents every second (BLKDISCARD,
+    /// or hole punching on drive files).
+    pub discard: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

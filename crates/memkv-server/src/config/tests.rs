@@ -606,5 +606,8 @@ fn rdma_staging_must_hold_the_largest_value_in_drive_backed_modes() {
     }
     // Not checked where nothing is staged: memory mode, or RDMA off.
     parse("rdma:\n  staging_size: 1 MiB\n").unwrap();
-    parse(&format!("{drives}rdma:\n  enabled: false\n  staging_size: 1 MiB\n")).unwrap();
+    parse(&format!(
+        "{drives}rdma:\n  enabled: false\n  staging_size: 1 MiB\n"
+    ))
+    .unwrap();
 }

@@ -5,7 +5,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
 use crate::arena::{DriveMap, IncrementalXxh3};
@@ -31,6 +31,9 @@ pub(crate) trait ExtentIo: Send + Sync {
     fn sync(&self) -> io::Result<()>;
     fn len(&self) -> u64;
     fn path(&self) -> &Path;
+    /// Tells the drive `len` bytes at `offset` hold nothing (BLKDISCARD on a block device, a
+    /// punched hole in a file); they read as zeros afterwards.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()>;
 }
 
 /// A drive that is a regular file, accessed through the page cache: written with `pwrite`,
@@ -38,6 +41,7 @@ pub(crate) trait ExtentIo: Send + Sync {
 /// else with `pread`.
 pub(crate) struct FileDrive {
     file: File,
+    block_device: bool,
     map: Option<DriveMap>,
     path: PathBuf,
     len: u64,
@@ -59,6 +63,7 @@ impl FileDrive {
             .create(true)
             .truncate(false)
             .open(path)?;
+        let block_device = file.metadata()?.file_type().is_block_device();
         let current = file.metadata()?.len();
         let len = match size {
             Some(s) => s.max(current),
@@ -75,6 +80,7 @@ impl FileDrive {
                 None
             },
             file,
+            block_device,
             path: path.to_owned(),
             len,
         })
@@ -113,5 +119,9 @@ impl ExtentIo for FileDrive {
 
     fn path(&self) -> &Path {
         &self.path
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        crate::arena::discard_range(&self.file, self.block_device, offset, len)
     }
 }

@@ -5,6 +5,7 @@
 
 mod commit;
 mod direct;
+mod discard;
 mod extents;
 mod health;
 pub(crate) mod inspect;
@@ -79,11 +80,18 @@ pub(crate) struct FileBackend {
     health: DriveHealth,
     /// From the superblocks: a drive that rejoins must carry it.
     store_id: u128,
+    /// Per drive: it refused a discard (unsupported), so it is not asked again.
+    discard_refused: Box<[AtomicBool]>,
 }
 
 impl FileBackend {
-    pub fn open(drives: &[DriveConfig], block_size: u64, access: DriveAccess) -> Result<Self> {
-        open::open(drives, block_size, access)
+    pub fn open(
+        drives: &[DriveConfig],
+        block_size: u64,
+        access: DriveAccess,
+        discard: bool,
+    ) -> Result<Self> {
+        open::open(drives, block_size, access, discard)
     }
 
     fn extents_for(&self, len: u64) -> usize {
