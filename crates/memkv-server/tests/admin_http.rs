@@ -79,6 +79,7 @@ impl StatusSource for FakeSource {
                 active: false,
                 reason: Some("rdma.enabled is false".into()),
                 devices: vec![],
+                staging: None,
             },
             clients: vec![ClientStatus {
                 id: 7,
