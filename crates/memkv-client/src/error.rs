@@ -106,6 +106,18 @@ impl Error {
         }
     }
 
+    /// The server answered Busy: it could not take this value now (a drive-backed server's
+    /// RDMA staging is full). Retrying later, or over TCP, can succeed.
+    pub fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            Error::Server {
+                status: Status::Busy,
+                ..
+            }
+        )
+    }
+
     /// Maps an error status in a response to an error.
     pub(crate) fn from_status(server: &str, status: Status, payload: &[u8]) -> Error {
         let message = String::from_utf8_lossy(payload).into_owned();

@@ -29,6 +29,7 @@ impl Client {
         if let Some(rdma) = self.rdma() {
             match self.put_rdma(rdma, index, key, value).await {
                 Err(e @ Error::Rdma { .. }) if rdma.failed(&e) => {}
+                Err(e) if rdma.busy_to_tcp(&e) => {}
                 done => return done,
             }
         }
@@ -66,6 +67,7 @@ impl Client {
         if let Some(rdma) = self.rdma() {
             match self.get_rdma(rdma, index, key, buf).await {
                 Err(e @ Error::Rdma { .. }) if rdma.failed(&e) => {}
+                Err(e) if rdma.busy_to_tcp(&e) => {}
                 done => return done,
             }
         }

@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin_auth;
 mod auth;
 pub mod batch;
 pub mod checksum;

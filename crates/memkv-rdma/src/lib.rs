@@ -19,10 +19,11 @@
 //! 1. Bookkeeping, pure: `error`, `status`, `metrics_names`, `op`, `options`, `slot`,
 //!    `window`, `gate` (the window behind an async wait), `transfer`, `endpoint`, `inflight`
 //!    (the table of posted work requests, generic over the transport), `block`,
-//!    `dc::unavailable`, `dc::selector`.
-//! 2. Verbs resources: `device`, `memory`, `staging`, `cq` (a completion queue with its
-//!    channel, and the eventfd that wakes its thread), `rc::verbs`, `dc::ffi`, `dc::handles`,
-//!    `dc::verbs`, `dc::capability`, `dc::choice`, `dc::target`.
+//!    `dc::unavailable`, `dc::selector`, `chunks` (the server staging region's accounting).
+//! 2. Verbs resources: `device`, `memory`, `staging`, `remote_staging` (the server's staging
+//!    region for drive-backed storage), `cq` (a completion queue with its channel, and the
+//!    eventfd that wakes its thread), `rc::verbs`, `dc::ffi`, `dc::handles`, `dc::verbs`,
+//!    `dc::capability`, `dc::choice`, `dc::target`.
 //! 3. Completion: `work_requests` (ids, in-flight table, doorbells), `completion` (the thread
 //!    of one CQ, generic over `completion::QueuePairs`: one RC pair, or a DC pool's
 //!    initiators), and the transports' shared state behind it: `rc::pair`, `dc::initiators`.
@@ -30,11 +31,12 @@
 //!    `ops::Sender`), the handles `qp` and `dc::pool`, then `rc::ops` and `dc::ops` (the
 //!    public WRITE/READ methods and each transport's `Sender`).
 //!
-//! `unsafe` lives in the verbs layer only: `memory`, `staging`, `cq`, `rc::verbs`, `dc::ffi`,
-//! `dc::handles`, `dc::verbs`. Every block carries a `// SAFETY:` note.
+//! `unsafe` lives in the verbs layer only: `memory`, `staging`, `remote_staging`, `cq`,
+//! `rc::verbs`, `dc::ffi`, `dc::handles`, `dc::verbs`. Every block carries a `// SAFETY:` note.
 
 // Layer 1: bookkeeping.
 pub mod block;
+pub mod chunks;
 mod endpoint;
 pub mod error;
 pub mod gate;
@@ -50,6 +52,7 @@ pub mod window;
 mod cq;
 pub mod device;
 pub mod memory;
+pub mod remote_staging;
 pub mod staging;
 // Layer 3: completion.
 mod completion;
@@ -77,6 +80,7 @@ pub use gate::PeerWindow;
 pub use memkv_proto::connect::RdmaEndpoint;
 pub use memory::{CallerMemory, LocalMemory, MemoryRegion, RegisteredBuffer};
 pub use qp::{QpOptions, QpTransport, RcQueuePair};
+pub use remote_staging::{RemoteStaging, StagedRange, StagingUsage};
 pub use staging::{StagingBuffer, StagingPool};
 pub use status::WcStatus;
 pub use transfer::Transfer;

@@ -188,14 +188,14 @@ pub struct RegisteredBuffer {
 }
 
 /// Buffers from this size up are populated on several threads before registration.
-const PARALLEL_POPULATE_MIN: usize = 64 << 20;
+pub(crate) const PARALLEL_POPULATE_MIN: usize = 64 << 20;
 /// Pieces handed to populating threads: whole transparent huge pages.
-const POPULATE_PIECE: usize = 2 << 20;
+pub(crate) const POPULATE_PIECE: usize = 2 << 20;
 
 /// Populates `map`'s pages on up to one thread per CPU. `ibv_reg_mr` would otherwise fault in
 /// (and zero) every page itself, on one thread: minutes for hundreds of GiB. Best effort: on a
 /// kernel without MADV_POPULATE_WRITE (before 5.14) registration faults the pages as before.
-fn populate_in_parallel(map: &MmapMut) {
+pub(crate) fn populate_in_parallel(map: &MmapMut) {
     let len = map.len();
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())

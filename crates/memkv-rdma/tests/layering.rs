@@ -9,6 +9,7 @@ const LAYERS: &[&str] = &[
     // Bookkeeping, pure.
     "metrics_probe",
     "status",
+    "chunks",
     "dc::unavailable",
     "error",
     "metrics_names",
@@ -26,6 +27,7 @@ const LAYERS: &[&str] = &[
     "device",
     "memory",
     "staging",
+    "remote_staging",
     "cq",
     "rc::verbs",
     "dc::ffi",

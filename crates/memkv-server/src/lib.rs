@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod otel;
 mod rdma;
 mod server;
+mod staging;
 mod state;
 mod store_config;
 

@@ -5,20 +5,43 @@ use std::sync::Arc;
 
 use memkv_fabric::doctor::{HostRoot, Rail};
 use memkv_fabric::{Fabric, FabricConfig, PortPlan, config::parse_mtu};
-use memkv_rdma::{DcSupport, DcTarget, MemoryRegion, RdmaDevice};
+use memkv_rdma::{DcSupport, DcTarget, MemoryRegion, RdmaDevice, RemoteStaging};
 use memkv_store::ArenaHandle;
 
 use crate::admin::RdmaDeviceStatus;
 use crate::config::RdmaConfig;
+use crate::staging::Staging;
 
-/// The device and registered arena RDMA clients read and write.
+/// What clients' one-sided transfers reach.
+pub enum RemoteMemory {
+    /// Memory mode: the store's arena, registered as it is.
+    Arena(ArenaHandle),
+    /// Drive-backed modes: a staging region of `chunks` chunks of `chunk_size` bytes.
+    Staging { chunk_size: usize, chunks: usize },
+}
+
+/// The device and the registered memory RDMA clients read and write.
 pub struct RdmaServing {
     /// The DC target DC-capable clients reach the arena through (mlx5 devices that support
     /// DC); `None`: every client gets an RC queue pair. Dropped before the region and device.
     pub dc: Option<DcTarget>,
-    /// Declared before `device`: the region is deregistered before the device closes.
-    pub arena: MemoryRegion,
+    /// Memory mode: the registered arena. Declared before `device`: the region is
+    /// deregistered before the device closes.
+    pub arena: Option<MemoryRegion>,
+    /// Drive-backed modes: where values are staged (and its open transfers).
+    pub staging: Option<Staging>,
     pub device: Arc<RdmaDevice>,
+}
+
+impl RdmaServing {
+    /// The registered memory as Connect advertises it: `(address, rkey)`.
+    pub fn window(&self) -> (u64, u32) {
+        match (&self.arena, &self.staging) {
+            (Some(arena), _) => (arena.addr(), arena.rkey()),
+            (None, Some(staging)) => staging.window(),
+            (None, None) => (0, 0),
+        }
+    }
 }
 
 /// What `/v1/status`, `/v1/health` and Connect report about RDMA. Its registration holds a
@@ -84,11 +107,12 @@ fn device_status(plan: &PortPlan) -> RdmaDeviceStatus {
 }
 
 /// Discovers the configured device, checks its port against the runbooks' rules and, when it
-/// passes, registers the memory arena on it. Blocking (sysfs, netlink, verbs, memory
+/// passes, registers the memory arena on it (memory mode) or a staging region of the given
+/// size (drive-backed modes). Blocking (sysfs, netlink, verbs, memory
 /// registration): call it off the async runtime.
 ///
 /// `dc_key` is the DC access key derived from the auth key (used when the device has DC).
-pub fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaHandle>, dc_key: u64) -> RdmaState {
+pub fn bring_up(rdma: &RdmaConfig, remote: RemoteMemory, dc_key: u64) -> RdmaState {
     if !rdma.enabled {
         return RdmaState::inactive("disabled by rdma.enabled: false".into(), None, Vec::new());
     }
@@ -117,11 +141,6 @@ pub fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaHandle>, dc_key: u64) -> R
             return RdmaState::inactive(reason, Some(fabric), devices);
         }
     };
-    let Some(arena) = arena else {
-        let reason = "RDMA serves the memory arena; storage.mode file serves TCP only".to_owned();
-        tracing::info!("{reason}");
-        return RdmaState::inactive(reason, Some(fabric), devices);
-    };
     let device = match RdmaDevice::open(&fabric, Some(&plan.facts.device), Some(plan.facts.port)) {
         Ok(d) => d,
         Err(e) => {
@@ -133,16 +152,42 @@ pub fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaHandle>, dc_key: u64) -> R
             return RdmaState::inactive(reason, Some(fabric), devices);
         }
     };
-    let arena_bytes = arena.len();
-    let region = match device.register_store_arena(arena) {
-        Ok(r) => r,
-        Err(e) => {
-            let reason = format!(
-                "cannot register the {arena_bytes} byte arena on {}: {e}",
-                device.name()
-            );
-            tracing::warn!("{reason}; serving TCP only");
-            return RdmaState::inactive(reason, Some(fabric), devices);
+    let (arena, staging, registered_bytes, registration_ms) = match remote {
+        RemoteMemory::Arena(arena) => {
+            let arena_bytes = arena.len();
+            match device.register_store_arena(arena) {
+                Ok(r) => {
+                    let ms = r.registration_time().as_millis() as u64;
+                    (Some(r), None, arena_bytes, ms)
+                }
+                Err(e) => {
+                    let reason = format!(
+                        "cannot register the {arena_bytes} byte arena on {}: {e}",
+                        device.name()
+                    );
+                    tracing::warn!("{reason}; serving TCP only");
+                    return RdmaState::inactive(reason, Some(fabric), devices);
+                }
+            }
+        }
+        RemoteMemory::Staging { chunk_size, chunks } => {
+            let started = std::time::Instant::now();
+            match RemoteStaging::new(&device, chunk_size, chunks) {
+                Ok(region) => {
+                    let bytes = region.len();
+                    let ms = started.elapsed().as_millis() as u64;
+                    (None, Some(Staging::new(region)), bytes, ms)
+                }
+                Err(e) => {
+                    let reason = format!(
+                        "cannot register the {} byte RDMA staging (rdma.staging_size) on {}: {e}",
+                        chunk_size.saturating_mul(chunks),
+                        device.name()
+                    );
+                    tracing::warn!("{reason}; serving TCP only");
+                    return RdmaState::inactive(reason, Some(fabric), devices);
+                }
+            }
         }
     };
     let dc = dc_target(&device, dc_key);
@@ -156,15 +201,22 @@ pub fn bring_up(rdma: &RdmaConfig, arena: Option<ArenaHandle>, dc_key: u64) -> R
     tracing::info!(
         device = device.name(),
         port = device.port(),
-        arena_bytes,
-        registration_ms = region.registration_time().as_millis() as u64,
+        registered_bytes,
+        registration_ms,
         transport,
-        "RDMA serving: arena registered"
+        staged = staging.is_some(),
+        "RDMA serving: {} registered",
+        if staging.is_some() {
+            "staging"
+        } else {
+            "arena"
+        }
     );
     RdmaState {
         serving: Some(RdmaServing {
             dc,
-            arena: region,
+            arena,
+            staging,
             device,
         }),
         active: true,
@@ -200,9 +252,16 @@ fn dc_target(device: &Arc<RdmaDevice>, dc_key: u64) -> Option<DcTarget> {
 mod tests {
     use super::*;
 
+    fn staged() -> RemoteMemory {
+        RemoteMemory::Staging {
+            chunk_size: 2 << 20,
+            chunks: 4,
+        }
+    }
+
     #[test]
     fn this_host_has_no_rdma_and_says_so() {
-        let state = bring_up(&RdmaConfig::default(), None, 0);
+        let state = bring_up(&RdmaConfig::default(), staged(), 0);
         assert!(!state.active);
         let reason = state.reason.unwrap();
         // The build machines have no RDMA; inside the Soft-RoCE VM mlx5_0 does not exist.
@@ -218,7 +277,7 @@ mod tests {
             enabled: false,
             ..RdmaConfig::default()
         };
-        let state = bring_up(&cfg, None, 0);
+        let state = bring_up(&cfg, staged(), 0);
         assert_eq!(
             state.reason.as_deref(),
             Some("disabled by rdma.enabled: false")

@@ -89,13 +89,22 @@ impl Server {
             tracing::info!(bytes = arena.len, backing = ?arena.backing, "memory arena mapped");
         }
         let rdma_config = config.rdma.clone();
+        let staging_chunk = config.memory.block_size.bytes();
+        let staging_chunks = config.rdma.staging_size.bytes() / staging_chunk;
         let dc_key = key.dc_access_key();
         let prefault = config.memory.prefault;
         let (store, rdma) = tokio::task::spawn_blocking(move || {
             if prefault {
                 prefault_arena(&store);
             }
-            let rdma = crate::rdma::bring_up(&rdma_config, store.arena_handle(), dc_key);
+            let remote = match store.arena_handle() {
+                Some(arena) => crate::rdma::RemoteMemory::Arena(arena),
+                None => crate::rdma::RemoteMemory::Staging {
+                    chunk_size: staging_chunk as usize,
+                    chunks: staging_chunks as usize,
+                },
+            };
+            let rdma = crate::rdma::bring_up(&rdma_config, remote, dc_key);
             (store, rdma)
         })
         .await
@@ -204,6 +213,10 @@ async fn reap(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                 let s = Arc::clone(&shared);
                 let _ = tokio::task::spawn_blocking(move || {
                     s.store.reap_expired();
+                    s.store.discard_freed();
+                    if let Some(staging) = s.staging() {
+                        staging.reap(std::time::Instant::now());
+                    }
                     s.sync_store_metrics();
                 })
                 .await;

@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Instant;
 
 use memkv_proto::{AuthKey, Limits};
-use memkv_store::Store;
+use memkv_store::{DeviceStats, Store, StoreError};
 
 use crate::admin::{
-    DeviceStatus, HealthInputs, HealthReport, MemoryStatus, RdmaStatus, Readiness, StatusReport,
-    StatusSource, StorageStatus, TransportStatus,
+    DeviceStatus, DriveAction, DriveChangeError, DriveChangeReport, HealthInputs, HealthReport,
+    MemoryStatus, RdmaStatus, Readiness, StagingStatus, StatusReport, StatusSource, StorageStatus,
+    TransportStatus,
 };
 use crate::clients::ClientRegistry;
 use crate::config::{ServerConfig, StorageMode};
@@ -79,6 +80,11 @@ impl Shared {
         self.connections.auth_failed();
     }
 
+    /// Where a drive-backed server stages RDMA values, when RDMA serves.
+    pub fn staging(&self) -> Option<&crate::staging::Staging> {
+        self.rdma.serving.as_ref().and_then(|s| s.staging.as_ref())
+    }
+
     /// The RDMA device RDMA clients are served over, when RDMA serves.
     pub fn rdma_device(&self) -> Option<&str> {
         self.rdma.serving.as_ref().map(|s| s.device.name())
@@ -139,6 +145,7 @@ impl StatusSource for Shared {
                     .iter()
                     .map(|d| DeviceStatus {
                         media: d.path.display().to_string(),
+                        state: drive_state(d).to_owned(),
                         raw_bytes: d.raw,
                         usable_bytes: d.usable,
                         used_bytes: d.used,
@@ -158,6 +165,19 @@ impl StatusSource for Shared {
                 active: self.rdma.active,
                 reason: self.rdma.reason.clone(),
                 devices: self.rdma.devices.clone(),
+                staging: self.staging().map(|s| {
+                    let r = s.report();
+                    let chunk = r.usage.chunk_size as u64;
+                    StagingStatus {
+                        bytes_total: r.usage.chunks_total as u64 * chunk,
+                        chunk_bytes: chunk,
+                        bytes_in_use: r.usage.chunks_in_use as u64 * chunk,
+                        largest_free_bytes: r.usage.largest_free_run as u64 * chunk,
+                        puts_open: r.puts_open as u64,
+                        gets_open: r.gets_open as u64,
+                        busy_total: r.busy_total,
+                    }
+                }),
             },
             clients,
         }
@@ -184,11 +204,62 @@ impl StatusSource for Shared {
         self.sync_store_metrics();
     }
 
+    fn admin_key(&self) -> Option<AuthKey> {
+        Some(self.key.clone())
+    }
+
+    fn change_drive(
+        &self,
+        action: DriveAction,
+        media: &str,
+    ) -> Result<DriveChangeReport, DriveChangeError> {
+        if self.config.storage.mode == StorageMode::Memory {
+            return Err(DriveChangeError::Refused(
+                "storage.mode memory has no drives".into(),
+            ));
+        }
+        let path = std::path::Path::new(media);
+        let changed = match action {
+            DriveAction::Remove => self.store.remove_drive(path),
+            DriveAction::Add => self.store.add_drive(path),
+        }
+        .map_err(|e| match e {
+            StoreError::UnknownDrive(m) => DriveChangeError::UnknownDrive(m),
+            StoreError::Io(e) => DriveChangeError::Io(e.to_string()),
+            StoreError::BadRequest(m) => DriveChangeError::Refused(m),
+            other => DriveChangeError::Refused(other.to_string()),
+        })?;
+        self.sync_store_metrics();
+        let drive = self
+            .status()
+            .storage
+            .devices
+            .into_iter()
+            .find(|d| d.media == media)
+            .unwrap_or_default();
+        Ok(DriveChangeReport {
+            action: action.as_str().to_owned(),
+            changed,
+            drive,
+        })
+    }
+
     fn readiness(&self) -> Readiness {
         match self.phase.load(Ordering::Acquire) {
             READY => Readiness::Ready,
             DRAINING => Readiness::Draining,
             _ => Readiness::Starting,
         }
+    }
+}
+
+/// How `/v1/status` names a drive's state.
+fn drive_state(d: &DeviceStats) -> &'static str {
+    if d.online {
+        "online"
+    } else if d.removed {
+        "removed"
+    } else {
+        "failed"
     }
 }

@@ -49,6 +49,7 @@ pub fn store_config(config: &ServerConfig) -> StoreConfig {
             FileReads::Pread => StoreFileReads::Pread,
         },
         share_memory: config.network.shared_memory && config.storage.mode == StorageMode::Memory,
+        discard: config.storage.discard,
     }
 }
 

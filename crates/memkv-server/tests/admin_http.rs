@@ -61,6 +61,7 @@ impl StatusSource for FakeSource {
                     usable_bytes: 180,
                     used_bytes: 50,
                     online: true,
+                    state: "online".into(),
                     read_errors: 2,
                     write_errors: 1,
                 }],
@@ -80,6 +81,7 @@ impl StatusSource for FakeSource {
                 active: false,
                 reason: Some("rdma.enabled is false".into()),
                 devices: vec![],
+                staging: None,
             },
             clients: vec![ClientStatus {
                 id: 7,

@@ -98,6 +98,10 @@ pub struct StoreConfig {
     /// Memory mode: put the arena in a sealed memfd that clients on the same host can map
     /// (the same-host transport), instead of anonymous memory.
     pub share_memory: bool,
+    /// Drive-backed modes: discard freed extents in batches ([`crate::Store::discard_freed`]:
+    /// BLKDISCARD on block devices, hole punching on files), so the drive or filesystem gets
+    /// the space back.
+    pub discard: bool,
 }
 
 impl StoreConfig {
@@ -134,6 +138,7 @@ impl StoreConfig {
             max_value_size: DEFAULT_MAX_VALUE_SIZE,
             file_reads: FileReads::default(),
             share_memory: false,
+            discard: true,
         }
     }
 

@@ -36,6 +36,9 @@ pub enum StoreError {
     /// The reservation or pin existed but its lease ran out before it was used.
     #[error("lease expired for id {0}")]
     LeaseExpired(u64),
+    /// A drive change named a drive the store does not have; the message lists its drives.
+    #[error("{0}")]
+    UnknownDrive(String),
     /// No reservation with this id exists (never issued, already committed or aborted).
     #[error("unknown reservation id {0}")]
     UnknownReservation(u64),

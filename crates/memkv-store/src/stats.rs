@@ -36,8 +36,11 @@ pub struct DeviceStats {
     /// failed): its values read as misses and new values go to the other drives until the
     /// store is reopened.
     pub online: bool,
-    /// Reads of values on this drive that failed with an I/O error (each served as a miss;
-    /// while the drive is online the value is also dropped, its sectors being bad).
+    /// Taken out of service by the operator ([`crate::Store::remove_drive`]), as opposed to
+    /// failed; `online` is false too.
+    pub removed: bool,
+    /// Reads of values on this drive that failed: an I/O error, or the drive out of service
+    /// (each served as a miss; reads of a removed drive's values are not counted).
     pub read_errors: u64,
     /// Writes of values to this drive that failed with an I/O error (each failed its put).
     pub write_errors: u64,

@@ -97,7 +97,7 @@ impl Store {
                     (None, StoreMode::Direct { .. }) => DriveAccess::Direct,
                     (None, _) => DriveAccess::PageCache(config.file_reads),
                 };
-                let f = FileBackend::open(drives, *block_size, access)?;
+                let f = FileBackend::open(drives, *block_size, access, config.discard)?;
                 let cap = f.device_stats().iter().map(|d| d.usable).sum();
                 (Backend::File(Box::new(f)), cap)
             }
@@ -280,6 +280,16 @@ impl Store {
         }
     }
 
+    /// The length of the value under `key`, without reading it: to size a buffer for
+    /// [`Store::read_into_slice`] (the value may be replaced meanwhile; that read says so).
+    pub fn value_len(&self, key: &[u8]) -> Result<Option<u64>> {
+        check_key(key)?;
+        Ok(match &self.inner.backend {
+            Backend::Memory(m) => m.get(key).map(|b| b.data.len() as u64),
+            Backend::File(f) => f.index.get(key).map(|b| b.len),
+        })
+    }
+
     /// Copies the value into `buf` (resized to fit) and returns its checksum.
     pub fn read_into(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<u64>> {
         check_key(key)?;
@@ -415,6 +425,34 @@ impl Store {
             }
         }
         s
+    }
+
+    /// Drive-backed modes: takes the drive configured as `path` out of service (new values go
+    /// to the other drives; its values read as misses until it is added back). `Ok(false)`:
+    /// removed already. Refused for the journal's drive (the first) and for the last drive in
+    /// service.
+    pub fn remove_drive(&self, path: &std::path::Path) -> Result<bool> {
+        self.inner.file_backend()?.remove_drive(path)
+    }
+
+    /// Drive-backed modes: puts the drive configured as `path` back into service, once its
+    /// superblock shows it is this store's drive for that slot (its values, still indexed, are
+    /// served again, each verified against its checksum). `Ok(false)`: in service already.
+    pub fn add_drive(&self, path: &std::path::Path) -> Result<bool> {
+        self.inner.file_backend()?.add_drive(path)
+    }
+
+    /// Drive-backed modes: discards the extents freed since the last call, in one batch
+    /// (neighbouring extents as one range), so a drive learns the blocks are free (BLKDISCARD)
+    /// or a drive file gives them back to its filesystem (a punched hole). The extents are
+    /// free again once their discard is done. Returns how many extents were discarded. A
+    /// drive that cannot discard is told once, logged, and skipped from then on. Run it on a
+    /// timer (the server does, every second); a no-op in memory mode or with discard off.
+    pub fn discard_freed(&self) -> u64 {
+        match &self.inner.backend {
+            Backend::Memory(_) => 0,
+            Backend::File(f) => f.discard_freed(),
+        }
     }
 
     /// Makes everything written so far durable (file mode; a no-op in memory mode).

@@ -63,6 +63,10 @@ pub enum Command {
     /// Admin API queries (HTTP or HTTPS on each server's port + 1).
     #[command(subcommand)]
     Admin(AdminCommand),
+    /// A running drive-backed server's drives, through its admin API (port + 1): list,
+    /// status, and remove / add (signed with the auth key).
+    #[command(subcommand)]
+    Drive(crate::drive::DriveCommand),
     /// Print a fresh random auth key (64 hex characters).
     Keygen,
     /// Check drives, format them as one direct-mode store and write the server's config.

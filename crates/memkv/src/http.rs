@@ -1,5 +1,5 @@
-//! GETs a JSON document from a server's admin API over HTTP or HTTPS (hyper's client with
-//! rustls and ring), the body bounded in size.
+//! GETs a JSON document from a server's admin API, or POSTs a signed request to it, over HTTP
+//! or HTTPS (hyper's client with rustls and ring), the response body bounded in size.
 //!
 //! HTTPS trusts, in this order: the CA certificates of `--tls-ca PATH` (a PEM file: the
 //! server's self-signed certificate or the CA that issued it); otherwise the system's trust
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -48,7 +48,7 @@ pub struct Response {
 
 /// An HTTP(S) client for admin APIs; one serves every server of a command.
 pub struct AdminClient {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     scheme: &'static str,
 }
 
@@ -77,12 +77,48 @@ impl AdminClient {
         path: &str,
         deadline: Duration,
     ) -> Result<Response, String> {
+        self.send(address, "GET", path, &[], Vec::new(), deadline)
+            .await
+    }
+
+    /// `POST path` with `body` and the extra `headers` to `address` within `deadline`.
+    pub async fn post(
+        &self,
+        address: &str,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Vec<u8>,
+        deadline: Duration,
+    ) -> Result<Response, String> {
+        self.send(address, "POST", path, headers, body, deadline)
+            .await
+    }
+
+    async fn send(
+        &self,
+        address: &str,
+        method: &str,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Vec<u8>,
+        deadline: Duration,
+    ) -> Result<Response, String> {
         let url = format!("{}://{address}{path}", self.scheme);
         let uri: hyper::Uri = url.parse().map_err(|e| format!("bad URL {url:?}: {e}"))?;
+        let mut request = hyper::Request::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        if !body.is_empty() {
+            request = request.header("content-type", "application/json");
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| format!("{url}: {e}"))?;
         let exchange = async {
             let response = self
                 .client
-                .get(uri)
+                .request(request)
                 .await
                 .map_err(|e| format!("{url}: {}", error_chain(&e)))?;
             let status = response.status().as_u16();

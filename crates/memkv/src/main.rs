@@ -6,6 +6,7 @@
 mod admin;
 mod bench;
 mod cli;
+mod drive;
 mod exit;
 mod http;
 mod kv;
@@ -123,6 +124,22 @@ async fn client_command(global: &GlobalArgs, command: Command) -> Result<(), Exi
         return admin::status(servers, json, admin_deadline(global)?, &tls).await;
     }
     let config = ClientConfig::from_env_with(&overrides(global))?;
+    if let Command::Drive(drive) = command {
+        let server = match (&drive.target().server, config.servers.as_slice()) {
+            (Some(server), _) => server.clone(),
+            (None, [only]) => only.clone(),
+            (None, servers) => {
+                return Err(Exit::with(
+                    exit::USAGE,
+                    format!(
+                        "memkv drive acts on one server; name it with --server (the client's list has {})",
+                        servers.len()
+                    ),
+                ));
+            }
+        };
+        return drive::run(drive, &server, &config.auth_key, admin_deadline(global)?).await;
+    }
     let client = Client::connect(config).await?;
     match command {
         Command::Put { key, file } => kv::put(&client, &key, file.as_deref()).await,

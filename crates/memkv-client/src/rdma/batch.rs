@@ -224,10 +224,15 @@ fn in_buffer(range: &Range<usize>, len: usize) -> Result<()> {
     Ok(())
 }
 
-/// Which items failed over RDMA in a way that sends them to TCP: `auto` (the first such
-/// failure switches the process to TCP, logged once); never under `rdma`.
+/// Which items failed over RDMA in a way that sends them to TCP: under `auto`, an RDMA
+/// failure (the first switches the process to TCP, logged once) or a Busy server (staging
+/// full: that item only); never under `rdma`.
 pub(crate) fn fallen_back<T>(rdma: &RdmaPath, out: &[Option<Result<T>>]) -> Vec<bool> {
     out.iter()
-        .map(|r| matches!(r, Some(Err(e @ Error::Rdma { .. })) if rdma.failed(e)))
+        .map(|r| match r {
+            Some(Err(e @ Error::Rdma { .. })) => rdma.failed(e),
+            Some(Err(e)) => rdma.busy_to_tcp(e),
+            _ => false,
+        })
         .collect()
 }

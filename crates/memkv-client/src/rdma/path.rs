@@ -178,6 +178,13 @@ impl RdmaPath {
         true
     }
 
+    /// Whether an item the server answered Busy for (a drive-backed server whose RDMA staging
+    /// is full) goes over TCP: under `auto` that item alone does, and RDMA stays in use; under
+    /// `rdma` the error is the caller's.
+    pub fn busy_to_tcp(&self, err: &Error) -> bool {
+        !self.strict && err.is_busy()
+    }
+
     /// Why an `auto` client switched to TCP in flight, if it did.
     pub fn fallback_reason(&self) -> Option<String> {
         self.fallback_reason

@@ -56,6 +56,7 @@ impl Client {
         };
         match self.put_rdma_from(rdma, index, key, value, Some(buf)).await {
             Err(e @ Error::Rdma { .. }) if rdma.failed(&e) => self.put(key, value).await,
+            Err(e) if rdma.busy_to_tcp(&e) => self.put(key, value).await,
             done => done,
         }
     }

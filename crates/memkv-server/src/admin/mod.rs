@@ -1,5 +1,7 @@
 //! The admin HTTP(S) API on the data listener's IP at port + 1:
-//! `GET /v1/health`, `/v1/ready`, `/v1/status`, `/v1/metrics`.
+//! `GET /v1/health`, `/v1/ready`, `/v1/status`, `/v1/metrics`, and the drive changes
+//! `POST /v1/drives/remove` and `/v1/drives/add`, which must be signed with the auth key
+//! (`drives.rs`).
 //!
 //! The server provides its state through [`StatusSource`]; this module only serves it.
 //!
@@ -17,6 +19,7 @@
 //! # }
 //! ```
 
+mod drives;
 pub mod model;
 mod routes;
 mod tls;
@@ -45,6 +48,23 @@ pub trait StatusSource: Send + Sync + 'static {
     fn readiness(&self) -> Readiness;
     /// Brings gauges up to date just before `/v1/metrics` renders (capacity and the like).
     fn sync_metrics(&self) {}
+    /// The key state-changing requests must be signed with; `None` refuses them all.
+    fn admin_key(&self) -> Option<memkv_proto::AuthKey> {
+        None
+    }
+    /// Removes or adds the drive `media`. May block (it reads the drive): the API calls it on
+    /// a blocking thread.
+    fn change_drive(
+        &self,
+        action: DriveAction,
+        media: &str,
+    ) -> Result<DriveChangeReport, DriveChangeError> {
+        let _ = media;
+        Err(DriveChangeError::Refused(format!(
+            "this server cannot {} drives",
+            action.as_str()
+        )))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

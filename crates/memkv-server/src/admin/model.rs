@@ -148,6 +148,9 @@ pub struct StorageStatus {
 #[serde(default)]
 pub struct DeviceStatus {
     pub media: String,
+    /// `online`, `failed` (an I/O error took it out of service) or `removed` (by the
+    /// operator, `memkv drive remove`).
+    pub state: String,
     pub raw_bytes: u64,
     pub usable_bytes: u64,
     pub used_bytes: u64,
@@ -156,6 +159,55 @@ pub struct DeviceStatus {
     pub read_errors: u64,
     /// Writes of values to this drive that failed with an I/O error (each failed its put).
     pub write_errors: u64,
+}
+
+/// Body of `POST /v1/drives/remove` and `/v1/drives/add`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriveChangeRequest {
+    /// The drive as the server's configuration names it (`storage.drives[].media`).
+    pub media: String,
+}
+
+/// Answer of a drive change: whether anything changed, and the drive now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DriveChangeReport {
+    /// `remove` or `add`.
+    pub action: String,
+    /// `false`: the drive was already removed (or in service).
+    pub changed: bool,
+    pub drive: DeviceStatus,
+}
+
+/// Which drive change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriveAction {
+    Remove,
+    Add,
+}
+
+impl DriveAction {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Remove => "remove",
+            Self::Add => "add",
+        }
+    }
+}
+
+/// Why a drive change was refused; each maps onto an HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DriveChangeError {
+    /// No such drive in this server's store (404).
+    #[error("{0}")]
+    UnknownDrive(String),
+    /// Not possible now or for this drive (409): memory mode, the journal's drive, the last
+    /// drive in service, a drive that is not this store's.
+    #[error("{0}")]
+    Refused(String),
+    /// The drive could not be read (500).
+    #[error("{0}")]
+    Io(String),
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,6 +236,27 @@ pub struct RdmaStatus {
     /// Why RDMA is inactive (disabled in config, no device, port down, ...); `None` if active.
     pub reason: Option<String>,
     pub devices: Vec<RdmaDeviceStatus>,
+    /// Drive-backed modes with RDMA active: the staging RDMA values pass through.
+    pub staging: Option<StagingStatus>,
+}
+
+/// `rdma.staging` in `GET /v1/status` (file and direct mode, RDMA active).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StagingStatus {
+    /// `rdma.staging_size`, as registered.
+    pub bytes_total: u64,
+    /// The chunk (`memory.block_size`); each staged value takes a contiguous run of them.
+    pub chunk_bytes: u64,
+    /// Bytes of chunks held by staged puts and gets.
+    pub bytes_in_use: u64,
+    /// The largest value that can be staged now.
+    pub largest_free_bytes: u64,
+    /// Puts between Allocate and Commit, gets between Lookup and Release.
+    pub puts_open: u64,
+    pub gets_open: u64,
+    /// Allocates and Lookups answered Busy since start because staging was full.
+    pub busy_total: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,12 +7,12 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use super::StatusSource;
 use super::model::{HealthStatus, Readiness};
 
-type Source = Arc<dyn StatusSource>;
+type Source = super::drives::AdminState;
 
 /// The admin API as an axum router, for embedding or for tests.
 pub fn router(source: Arc<dyn StatusSource>) -> Router {
@@ -21,7 +21,9 @@ pub fn router(source: Arc<dyn StatusSource>) -> Router {
         .route("/v1/ready", get(ready))
         .route("/v1/status", get(status))
         .route("/v1/metrics", get(metrics))
-        .with_state(source)
+        .route("/v1/drives/remove", post(super::drives::remove))
+        .route("/v1/drives/add", post(super::drives::add))
+        .with_state(super::drives::AdminState::new(source))
 }
 
 async fn health(State(source): State<Source>) -> Response {

@@ -45,6 +45,7 @@ pub struct RawStorage {
     pub file_reads: Option<String>,
     pub reservation_lease_secs: Option<u64>,
     pub pin_lease_secs: Option<u64>,
+    pub discard: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -65,6 +66,7 @@ pub struct RawRdma {
     pub mtu: Option<u64>,
     pub pkey_index: Option<u64>,
     pub num_dcis: Option<u64>,
+    pub staging_size: Option<SizeText>,
 }
 
 #[derive(Debug, Default, Deserialize)]

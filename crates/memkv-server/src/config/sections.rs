@@ -16,6 +16,9 @@ pub const DEFAULT_MEMORY_MAX_SIZE: ByteSize = ByteSize::gib(1);
 pub const DEFAULT_STORAGE_BLOCK_SIZE: ByteSize = ByteSize::mib(4);
 pub const DEFAULT_RDMA_DEVICE: &str = "mlx5_0";
 pub const DEFAULT_RDMA_MTU: u32 = 4096;
+/// `rdma.staging_size` when not set: four of the largest values (64 MiB by default), or 64 of
+/// the typical 4 MiB KV-cache blocks, in flight over RDMA at once on a drive-backed server.
+pub const DEFAULT_RDMA_STAGING_SIZE: ByteSize = ByteSize::mib(256);
 pub const RDMA_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 pub const DEFAULT_MAX_VALUE_SIZE: ByteSize = ByteSize::mib(64);
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
@@ -124,6 +127,9 @@ pub struct StorageConfig {
     pub reservation_lease: Duration,
     /// How long a looked-up block stays pinned for a one-sided RDMA read.
     pub pin_lease: Duration,
+    /// memkv extension: drive-backed modes discard freed extents every second (BLKDISCARD,
+    /// or hole punching on drive files).
+    pub discard: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +148,9 @@ pub struct RdmaConfig {
     pub mtu: Option<u32>,
     /// `None`: index 0, the default partition.
     pub pkey_index: Option<u16>,
+    /// memkv extension: drive-backed modes (file, direct) stage RDMA transfers in this much
+    /// registered memory, in chunks of `memory.block_size` (docs/ARCHITECTURE.md).
+    pub staging_size: ByteSize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,6 +186,7 @@ impl Default for RdmaConfig {
             service_level: None,
             mtu: None,
             pkey_index: None,
+            staging_size: DEFAULT_RDMA_STAGING_SIZE,
         }
     }
 }

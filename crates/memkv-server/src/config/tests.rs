@@ -586,3 +586,28 @@ fn file_reads_is_mapped_or_pread() {
         "{bad}"
     );
 }
+
+#[test]
+fn rdma_staging_must_hold_the_largest_value_in_drive_backed_modes() {
+    let drives = "storage:\n  mode: file\n  drives:\n  - media: /x\n";
+    let config = parse(drives).unwrap();
+    assert_eq!(config.rdma.staging_size, ByteSize::mib(256));
+    let config = parse(&format!("{drives}rdma:\n  staging_size: 64 MiB\n")).unwrap();
+    assert_eq!(config.rdma.staging_size, ByteSize::mib(64));
+
+    // 64 MiB values in 3 MiB chunks take 22 chunks, 66 MiB.
+    let too_small =
+        format!("{drives}memory:\n  block_size: 3 MiB\nrdma:\n  staging_size: 64 MiB\n");
+    let error = error_of(&too_small);
+    assert_eq!(error.key.as_deref(), Some("rdma.staging_size"));
+    let shown = error.to_string();
+    for needle in ["limits.max_value_size", "memory.block_size", "66 MiB"] {
+        assert!(shown.contains(needle), "{shown} lacks {needle}");
+    }
+    // Not checked where nothing is staged: memory mode, or RDMA off.
+    parse("rdma:\n  staging_size: 1 MiB\n").unwrap();
+    parse(&format!(
+        "{drives}rdma:\n  enabled: false\n  staging_size: 1 MiB\n"
+    ))
+    .unwrap();
+}

@@ -135,7 +135,7 @@ impl Checker<'_> {
                 ),
             ));
         }
-        Ok(Sections {
+        let sections = Sections {
             network: self.network(raw.network.unwrap_or_default())?,
             memory,
             storage: self.storage(raw.storage.unwrap_or_default())?,
@@ -144,7 +144,32 @@ impl Checker<'_> {
             logging: LoggingConfig {
                 level: self.log_level(raw.logging.unwrap_or_default().level)?,
             },
-        })
+        };
+        self.staging_fits(&sections)?;
+        Ok(sections)
+    }
+
+    /// A drive-backed server stages each RDMA value whole, in chunks of `memory.block_size`:
+    /// the staging must hold the largest value, or such values could never move over RDMA.
+    fn staging_fits(&self, s: &Sections) -> Checked<()> {
+        if s.storage.mode == StorageMode::Memory || !s.rdma.enabled {
+            return Ok(());
+        }
+        let staging = s.rdma.staging_size;
+        let chunk = s.memory.block_size;
+        let largest = s.limits.max_value_size.bytes().div_ceil(chunk.bytes()) * chunk.bytes();
+        if staging.bytes() < largest {
+            return Err(self.invalid(
+                "rdma.staging_size",
+                format!(
+                    "{staging} cannot stage one value of limits.max_value_size ({}) in chunks \
+                     of memory.block_size ({chunk}); it needs at least {}",
+                    s.limits.max_value_size,
+                    ByteSize(largest)
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn network(&self, raw: super::raw::RawNetwork) -> Checked<NetworkConfig> {
@@ -249,7 +274,13 @@ impl Checker<'_> {
                  or MEMKV_RDMA_NUM_DCIS, and remove this key",
             ));
         }
+        let staging_size = self.size(
+            "rdma.staging_size",
+            raw.staging_size.as_ref(),
+            defaults.staging_size,
+        )?;
         Ok(RdmaConfig {
+            staging_size,
             enabled: raw.enabled.unwrap_or(defaults.enabled),
             device,
             gid_index,

@@ -74,6 +74,7 @@ impl Checker<'_> {
                 raw.pin_lease_secs,
                 DEFAULT_PIN_LEASE,
             )?,
+            discard: raw.discard.unwrap_or(true),
         })
     }
 

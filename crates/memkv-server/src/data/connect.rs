@@ -60,7 +60,7 @@ pub(super) async fn connect_rdma(
         Ok(p) => p,
         Err(e) => return Outgoing::error(h, e.status(), &e.to_string()),
     };
-    let arena = (serving.arena.addr(), serving.arena.rkey());
+    let arena = serving.window();
     if let Some(target) = serving.dc.as_ref().filter(|_| peer.dc_capable) {
         // DC: the client's initiators reach the arena through the device's one target, so
         // this connection gets no queue pair of its own.

@@ -19,7 +19,9 @@ const EMPTY_KEY: &str = "key must not be empty";
 /// The wire status and message for a store error.
 pub fn store_status(e: &StoreError) -> Status {
     match e {
-        StoreError::NotFound | StoreError::UnknownReservation(_) => Status::NotFound,
+        StoreError::NotFound | StoreError::UnknownReservation(_) | StoreError::UnknownDrive(_) => {
+            Status::NotFound
+        }
         StoreError::Full(_) => Status::Full,
         StoreError::TooLarge { .. } => Status::TooLarge,
         StoreError::BadRequest(_) => Status::BadRequest,
@@ -31,22 +33,22 @@ pub fn store_status(e: &StoreError) -> Status {
     }
 }
 
-fn fail(h: &Header, e: &StoreError) -> Outgoing {
+pub(super) fn fail(h: &Header, e: &StoreError) -> Outgoing {
     if matches!(e, StoreError::Io(_) | StoreError::Corrupt(_)) {
         tracing::warn!(op = h.opcode.name(), error = %e, "storage error");
     }
     Outgoing::error(h, store_status(e), &e.to_string())
 }
 
-fn bad(h: &Header, e: &ProtoError) -> Outgoing {
+pub(super) fn bad(h: &Header, e: &ProtoError) -> Outgoing {
     Outgoing::error(h, e.status(), &e.to_string())
 }
 
-fn ok(h: &Header, body: Body) -> Outgoing {
+pub(super) fn ok(h: &Header, body: Body) -> Outgoing {
     Outgoing::new(h, Status::Ok, body)
 }
 
-fn lease(ms: u32, default: Duration) -> Duration {
+pub(super) fn lease(ms: u32, default: Duration) -> Duration {
     if ms == 0 {
         default
     } else {
@@ -86,6 +88,9 @@ pub fn execute(shared: &Shared, h: &Header, key: &[u8], payload: Vec<u8>) -> Out
     let store = &shared.store;
     if h.opcode.takes_key() && key.is_empty() {
         return Outgoing::error(h, Status::BadRequest, EMPTY_KEY);
+    }
+    if let Some(staged) = super::staged::execute(shared, h, key, &payload) {
+        return staged;
     }
     match h.opcode {
         Opcode::Ping => ok(h, Body::Owned(payload)),
@@ -203,7 +208,10 @@ fn allocate(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing
 /// RDMA, the address in the shared arena (rkey 0) for same-host clients; else zeros.
 fn remote(shared: &Shared, arena_offset: Option<u64>) -> (u64, u32) {
     match (&shared.rdma.serving, &shared.local, arena_offset) {
-        (Some(s), _, Some(offset)) => (s.arena.addr() + offset, s.arena.rkey()),
+        (Some(s), _, Some(offset)) => match &s.arena {
+            Some(arena) => (arena.addr() + offset, arena.rkey()),
+            None => (0, 0),
+        },
         (None, Some(local), Some(offset)) => (local.arena_addr() + offset, 0),
         _ => (0, 0),
     }

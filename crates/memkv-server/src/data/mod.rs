@@ -4,6 +4,7 @@ mod conn;
 mod connect;
 mod dispatch;
 mod handshake;
+mod staged;
 pub(crate) mod writer;
 
 use std::sync::Arc;

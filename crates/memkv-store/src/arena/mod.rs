@@ -10,6 +10,7 @@
 //! through a block never aliases another block's bytes. Remote writers (RDMA) act outside Rust's model; the
 //! protocol (reservation ids, pins) keeps them on ranges nobody else reads at the time.
 
+mod discard;
 mod drive_map;
 mod prefault;
 mod uring;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::allocator::{AllocStats, Allocation, Allocator};
+pub(crate) use discard::discard_range;
 pub(crate) use drive_map::DriveMap;
 pub use memkv_checksum::Xxh3Stream;
 pub(crate) use memkv_checksum::{IncrementalXxh3, copy_and_xxh3, xxh3};

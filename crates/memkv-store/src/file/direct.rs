@@ -27,6 +27,7 @@ const ALIGN: u64 = DIRECT_ALIGN as u64;
 
 pub(crate) struct DirectDrive {
     file: File,
+    block_device: bool,
     ring: DirectRing,
     path: PathBuf,
     len: u64,
@@ -70,8 +71,10 @@ impl DirectDrive {
             len
         };
         let ring = DirectRing::new(&file, BUFFERS, BUFFER_SIZE)?;
+        let block_device = file.metadata()?.file_type().is_block_device();
         Ok(DirectDrive {
             file,
+            block_device,
             ring,
             path: path.to_owned(),
             len: len / ALIGN * ALIGN,
@@ -215,6 +218,11 @@ impl ExtentIo for DirectDrive {
 
     fn path(&self) -> &Path {
         &self.path
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        // Extents are whole sectors, and nothing is in flight on a freed extent.
+        crate::arena::discard_range(&self.file, self.block_device, offset, len)
     }
 }
 

@@ -1,9 +1,15 @@
 //! Extent bookkeeping for file mode: which fixed-size extents on which drive are free.
 //! A value's extents are spread round-robin over the drives, starting at a rotating drive.
+//!
+//! With discard on, a freed extent is first *pending*: the store discards pending extents in
+//! batches ([`ExtentAllocator::take_pending`], then [`ExtentAllocator::discarded`]) before they
+//! are free again, so a discard never lands on an extent a new value holds. An allocation that
+//! runs short takes pending extents as they are (their discard is skipped: the new value
+//! overwrites them), and waits for a batch being discarded rather than fail while one is out.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// `drive << 32 | index within the drive`.
 pub(crate) type ExtentId = u64;
@@ -17,14 +23,32 @@ pub(crate) fn split_extent(id: ExtentId) -> (usize, u32) {
 }
 
 pub(crate) struct ExtentAllocator {
-    free: Mutex<Vec<Vec<u32>>>,
+    lists: Mutex<Lists>,
+    /// Signalled when a discarded batch becomes free.
+    discarded: Condvar,
     totals: Vec<u64>,
     next_drive: AtomicUsize,
+    discard: bool,
+}
+
+/// Per drive: free extent indexes, those freed but not yet discarded, and how many are out
+/// being discarded now.
+struct Lists {
+    free: Vec<Vec<u32>>,
+    pending: Vec<Vec<u32>>,
+    discarding: Vec<usize>,
+}
+
+impl Lists {
+    fn available(&self, d: usize) -> usize {
+        self.free[d].len() + self.pending[d].len()
+    }
 }
 
 impl ExtentAllocator {
-    /// `totals[d]` extents on drive `d`, of which those in `used` are taken.
-    pub fn new(totals: Vec<u64>, used: &HashSet<ExtentId>) -> Arc<Self> {
+    /// `totals[d]` extents on drive `d`, of which those in `used` are taken. `discard`: freed
+    /// extents wait to be discarded before they are free.
+    pub fn new(totals: Vec<u64>, used: &HashSet<ExtentId>, discard: bool) -> Arc<Self> {
         let free = totals
             .iter()
             .enumerate()
@@ -35,11 +59,22 @@ impl ExtentAllocator {
                     .collect()
             })
             .collect();
+        let drives = totals.len();
         Arc::new(Self {
-            free: Mutex::new(free),
+            lists: Mutex::new(Lists {
+                free,
+                pending: vec![Vec::new(); drives],
+                discarding: vec![0; drives],
+            }),
+            discarded: Condvar::new(),
             totals,
             next_drive: AtomicUsize::new(0),
+            discard,
         })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Lists> {
+        self.lists.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// `count` extents striped over the drives `usable` accepts, or `None` if fewer are free.
@@ -48,22 +83,36 @@ impl ExtentAllocator {
         count: usize,
         usable: impl Fn(usize) -> bool,
     ) -> Option<ExtentSet> {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        let available: usize = (0..free.len())
-            .filter(|&d| usable(d))
-            .map(|d| free[d].len())
-            .sum();
-        if available < count {
-            return None;
+        let mut lists = self.lock();
+        let drives = lists.free.len();
+        loop {
+            let usable_drives = (0..drives).filter(|&d| usable(d));
+            let (available, out) = usable_drives.fold((0, 0), |(a, o), d| {
+                (a + lists.available(d), o + lists.discarding[d])
+            });
+            if available >= count {
+                break;
+            }
+            if available + out < count {
+                return None;
+            }
+            // Enough once the batch being discarded is back: a few milliseconds.
+            lists = self
+                .discarded
+                .wait(lists)
+                .unwrap_or_else(|p| p.into_inner());
         }
-        let drives = free.len();
         let mut d = self.next_drive.fetch_add(1, Ordering::Relaxed) % drives;
         let mut ids = Vec::with_capacity(count);
         while ids.len() < count {
-            if usable(d)
-                && let Some(i) = free[d].pop()
-            {
-                ids.push(extent_id(d, i));
+            if usable(d) {
+                let taken = match lists.free[d].pop() {
+                    Some(i) => Some(i),
+                    None => lists.pending[d].pop(),
+                };
+                if let Some(i) = taken {
+                    ids.push(extent_id(d, i));
+                }
             }
             d = (d + 1) % drives;
         }
@@ -82,20 +131,56 @@ impl ExtentAllocator {
     }
 
     fn release(&self, ids: &[ExtentId]) {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lists = self.lock();
         for &id in ids {
             let (d, i) = split_extent(id);
-            free[d].push(i);
+            if self.discard {
+                lists.pending[d].push(i);
+            } else {
+                lists.free[d].push(i);
+            }
         }
     }
 
-    /// `(total, used)` extents per drive.
+    /// Hands out every pending extent, per drive, for discarding; they are neither free nor
+    /// pending until [`Self::discarded`] returns them.
+    pub fn take_pending(&self) -> Vec<Vec<u32>> {
+        let mut lists = self.lock();
+        let Lists {
+            pending,
+            discarding,
+            ..
+        } = &mut *lists;
+        pending
+            .iter_mut()
+            .zip(discarding.iter_mut())
+            .map(|(p, out)| {
+                *out += p.len();
+                std::mem::take(p)
+            })
+            .collect()
+    }
+
+    /// Frees a batch from [`Self::take_pending`], discarded (or not) by the caller.
+    pub fn discarded(&self, batch: Vec<Vec<u32>>) {
+        let mut lists = self.lock();
+        for (d, ids) in batch.into_iter().enumerate() {
+            lists.discarding[d] -= ids.len();
+            lists.free[d].extend(ids);
+        }
+        drop(lists);
+        self.discarded.notify_all();
+    }
+
+    /// `(total, used)` extents per drive. Pending and discarding extents are not used.
     pub fn usage(&self) -> Vec<(u64, u64)> {
-        let free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        self.totals
-            .iter()
-            .zip(free.iter())
-            .map(|(&t, f)| (t, t - f.len() as u64))
+        let lists = self.lock();
+        (0..self.totals.len())
+            .map(|d| {
+                let t = self.totals[d];
+                let unused = lists.available(d) + lists.discarding[d];
+                (t, t - unused as u64)
+            })
             .collect()
     }
 }
@@ -118,7 +203,7 @@ mod tests {
 
     #[test]
     fn stripes_round_robin_and_frees() {
-        let a = ExtentAllocator::new(vec![4, 4, 4], &HashSet::from([extent_id(1, 3)]));
+        let a = ExtentAllocator::new(vec![4, 4, 4], &HashSet::from([extent_id(1, 3)]), false);
         let set = a.allocate(6, |_| true).unwrap();
         let drives: Vec<usize> = set.ids.iter().map(|&id| split_extent(id).0).collect();
         assert_eq!(drives, vec![0, 1, 2, 0, 1, 2]);
@@ -130,5 +215,58 @@ mod tests {
         drop(rest);
         // Extent 1/3 was in use at construction and never adopted, so it stays taken.
         assert_eq!(a.usage(), vec![(4, 0), (4, 1), (4, 0)]);
+    }
+
+    #[test]
+    fn freed_extents_wait_for_their_discard_unless_space_runs_short() {
+        let a = ExtentAllocator::new(vec![2, 2], &HashSet::new(), true);
+        let first = a.allocate(4, |_| true).unwrap();
+        drop(first);
+        assert_eq!(a.usage(), vec![(2, 0), (2, 0)], "pending is not used");
+        let batch = a.take_pending();
+        assert_eq!(batch.iter().map(Vec::len).sum::<usize>(), 4);
+        assert!(
+            a.take_pending().iter().all(Vec::is_empty),
+            "handed out once"
+        );
+        a.discarded(batch);
+        // Now free: a full allocation succeeds, and its extents go back to pending.
+        let again = a.allocate(4, |_| true).unwrap();
+        drop(again);
+        // Short of free extents, an allocation takes pending ones as they are.
+        let taken = a.allocate(3, |_| true).unwrap();
+        let rest = a.take_pending();
+        assert_eq!(
+            rest.iter().map(Vec::len).sum::<usize>(),
+            1,
+            "only the one left over"
+        );
+        for id in &taken.ids {
+            let (d, i) = split_extent(*id);
+            assert!(!rest[d].contains(&i), "a taken extent is never discarded");
+        }
+        a.discarded(rest);
+        assert_eq!(a.usage().iter().map(|u| u.1).sum::<u64>(), 3);
+    }
+
+    #[test]
+    fn an_allocation_waits_for_a_batch_being_discarded() {
+        let a = ExtentAllocator::new(vec![2], &HashSet::new(), true);
+        drop(a.allocate(2, |_| true).unwrap());
+        let batch = a.take_pending();
+        let waiter = {
+            let a = Arc::clone(&a);
+            std::thread::spawn(move || a.allocate(2, |_| true))
+        };
+        a.discarded(batch);
+        let held = waiter
+            .join()
+            .unwrap()
+            .expect("allocated once the batch was back");
+        assert_eq!(held.ids.len(), 2);
+        assert!(
+            a.allocate(1, |_| true).is_none(),
+            "nothing out, nothing free: no wait"
+        );
     }
 }

@@ -5,7 +5,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
 use crate::arena::{DriveMap, IncrementalXxh3};
@@ -31,6 +31,9 @@ pub(crate) trait ExtentIo: Send + Sync {
     fn sync(&self) -> io::Result<()>;
     fn len(&self) -> u64;
     fn path(&self) -> &Path;
+    /// Tells the drive `len` bytes at `offset` hold nothing (BLKDISCARD on a block device, a
+    /// punched hole in a file); they read as zeros afterwards.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()>;
 }
 
 /// A drive the store is opened on instead of the paths in its config
@@ -49,8 +52,20 @@ pub trait DriveIo: Send + Sync {
     fn sync(&self) -> io::Result<()>;
     /// Usable bytes.
     fn len(&self) -> u64;
+    /// Whether the drive holds no bytes at all (such a drive is refused at open).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// The name the store uses for this drive in errors, logs and stats.
     fn path(&self) -> &Path;
+    /// Drops `len` bytes at `offset` (freed extents, in batches). The default refuses, and the
+    /// store then stops asking this drive.
+    fn discard(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this drive takes no discards",
+        ))
+    }
 }
 
 /// An injected [`DriveIo`] seen through the store's own trait (no one-pass hashing reads).
@@ -72,6 +87,9 @@ impl ExtentIo for InjectedDrive {
     fn path(&self) -> &Path {
         self.0.path()
     }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.0.discard(offset, len)
+    }
 }
 
 /// A drive that is a regular file, accessed through the page cache: written with `pwrite`,
@@ -79,6 +97,7 @@ impl ExtentIo for InjectedDrive {
 /// else with `pread`.
 pub(crate) struct FileDrive {
     file: File,
+    block_device: bool,
     map: Option<DriveMap>,
     path: PathBuf,
     len: u64,
@@ -100,6 +119,7 @@ impl FileDrive {
             .create(true)
             .truncate(false)
             .open(path)?;
+        let block_device = file.metadata()?.file_type().is_block_device();
         let current = file.metadata()?.len();
         let len = match size {
             Some(s) => s.max(current),
@@ -116,6 +136,7 @@ impl FileDrive {
                 None
             },
             file,
+            block_device,
             path: path.to_owned(),
             len,
         })
@@ -154,5 +175,9 @@ impl ExtentIo for FileDrive {
 
     fn path(&self) -> &Path {
         &self.path
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        crate::arena::discard_range(&self.file, self.block_device, offset, len)
     }
 }

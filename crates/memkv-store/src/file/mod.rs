@@ -5,14 +5,17 @@
 
 mod commit;
 mod direct;
+mod discard;
 mod extents;
+mod health;
 pub(crate) mod inspect;
 pub(crate) mod io;
 mod journal;
+mod maintenance;
 mod open;
 mod superblock;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -26,6 +29,8 @@ use crate::index::Index;
 use crate::stats::DeviceStats;
 use commit::{GroupCommit, Op};
 use extents::{ExtentAllocator, ExtentSet, split_extent};
+pub use health::DRIVE_ERROR_LIMIT;
+pub(crate) use health::DriveHealth;
 use io::ExtentIo;
 use journal::Journal;
 
@@ -76,52 +81,20 @@ pub(crate) struct FileBackend {
     value_bytes: AtomicU64,
     failed: AtomicBool,
     health: DriveHealth,
-}
-
-/// I/O errors one drive may return before it is taken out of service. Fewer are bad sectors:
-/// the value on them is dropped and the drive keeps serving the rest; this many means the
-/// drive itself is failing (or gone).
-pub const DRIVE_ERROR_LIMIT: u64 = 8;
-
-/// Each drive's I/O errors since the store opened, and which drives are offline.
-pub(crate) struct DriveHealth {
-    offline: Box<[AtomicBool]>,
-    errors: Box<[AtomicU64]>,
-    read_errors: Box<[AtomicU64]>,
-    write_errors: Box<[AtomicU64]>,
-}
-
-impl DriveHealth {
-    pub fn new(drives: usize) -> Self {
-        let counters = || (0..drives).map(|_| AtomicU64::new(0)).collect();
-        DriveHealth {
-            offline: (0..drives).map(|_| AtomicBool::new(false)).collect(),
-            errors: counters(),
-            read_errors: counters(),
-            write_errors: counters(),
-        }
-    }
-
-    fn online(&self, drive: usize) -> bool {
-        !self.offline[drive].load(Ordering::Acquire)
-    }
-
-    /// Counts an I/O error on `drive`; the [`DRIVE_ERROR_LIMIT`]th takes it out of service.
-    fn fail(&self, drive: usize, path: &Path, e: &std::io::Error) {
-        let n = self.errors[drive].fetch_add(1, Ordering::AcqRel) + 1;
-        if n < DRIVE_ERROR_LIMIT {
-            tracing::warn!(drive = %path.display(), error = %e, errors = n, limit = DRIVE_ERROR_LIMIT, "drive I/O error; the drive stays online until it reaches the limit");
-            return;
-        }
-        if !self.offline[drive].swap(true, Ordering::AcqRel) {
-            tracing::error!(drive = %path.display(), error = %e, errors = n, "drive reached its I/O error limit; it is offline until the store reopens: its values read as misses and new values go to the other drives");
-        }
-    }
+    /// From the superblocks: a drive that rejoins must carry it.
+    store_id: u128,
+    /// Per drive: it refused a discard (unsupported), so it is not asked again.
+    discard_refused: Box<[AtomicBool]>,
 }
 
 impl FileBackend {
-    pub fn open(drives: &[DriveConfig], block_size: u64, access: DriveAccess) -> Result<Self> {
-        open::open(drives, block_size, access)
+    pub fn open(
+        drives: &[DriveConfig],
+        block_size: u64,
+        access: DriveAccess,
+        discard: bool,
+    ) -> Result<Self> {
+        open::open(drives, block_size, access, discard)
     }
 
     fn extents_for(&self, len: u64) -> usize {
@@ -293,13 +266,13 @@ impl FileBackend {
     ) -> Result<Option<u64>> {
         let drives_of = || block.extents.ids.iter().map(|&e| split_extent(e).0);
         if let Some(d) = drives_of().find(|&d| !self.health.online(d)) {
-            self.health.read_errors[d].fetch_add(1, Ordering::Relaxed);
+            self.health.unreadable(d);
             return Ok(None);
         }
         let actual = match self.read_extents(&block.extents.ids, block.len, buf) {
             Ok(sum) => sum,
             Err(DriveError { drive, error }) => {
-                self.health.read_errors[drive].fetch_add(1, Ordering::Relaxed);
+                self.health.unreadable(drive);
                 tracing::warn!(key = ?String::from_utf8_lossy(key), drive, %error, "value unreadable; served as a miss");
                 // On a drive that stays online the error was a bad sector: the value is gone,
                 // so it is dropped. On one the error took offline, the value stays indexed (the
@@ -374,7 +347,8 @@ impl FileBackend {
                 usable: total * self.block_size,
                 used: used * self.block_size,
                 online: store_ok && self.health.online(i),
-                read_errors: self.health.read_errors[i].load(Ordering::Relaxed),
+                removed: self.health.removed(i),
+                read_errors: self.health.read_errors(i),
                 write_errors: self.health.write_errors[i].load(Ordering::Relaxed),
             })
             .collect()

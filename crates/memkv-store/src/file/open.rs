@@ -26,6 +26,7 @@ pub(super) fn open(
     cfgs: &[DriveConfig],
     block_size: u64,
     access: DriveAccess,
+    discard: bool,
 ) -> Result<FileBackend> {
     let mut drives: Vec<Arc<dyn ExtentIo>> = Vec::new();
     let mut probes = Vec::new();
@@ -113,7 +114,7 @@ pub(super) fn open(
         .iter()
         .flat_map(|c| c.extents.iter().copied())
         .collect();
-    let extents = ExtentAllocator::new(totals, &used);
+    let extents = ExtentAllocator::new(totals, &used, discard);
     let index = Index::new();
     let mut value_bytes = 0;
     for c in live {
@@ -153,6 +154,8 @@ pub(super) fn open(
         value_bytes: AtomicU64::new(value_bytes),
         failed: AtomicBool::new(false),
         health,
+        store_id: sbs[0].store_id,
+        discard_refused: cfgs.iter().map(|_| AtomicBool::new(false)).collect(),
     })
 }
 

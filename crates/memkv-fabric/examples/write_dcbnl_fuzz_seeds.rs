@@ -1,6 +1,6 @@
 //! Writes the dcbnl fuzz target's seed corpus (fuzz/corpus/dcbnl): kernel replies of each
 //! shape, built with `memkv_fabric::dcb::build`.
-//! `cargo run -p memkv-fabric --example write_fuzz_seeds`.
+//! `cargo run -p memkv-fabric --example write_dcbnl_fuzz_seeds`.
 
 use memkv_fabric::dcb::build;
 

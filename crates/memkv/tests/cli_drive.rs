@@ -1,0 +1,254 @@
+//! `memkv drive list | status | remove | add` against a running file-mode server, and the
+//! admin API's refusals of unsigned, wrongly signed and replayed drive changes. Reads use
+//! `pread` (`storage.file_reads`): the test truncates a drive under the server, which a
+//! mapping of the file would turn into SIGBUS.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use common::*;
+use memkv_proto::AuthKey;
+use memkv_proto::admin_auth::sign_admin_request;
+use memkv_server::Server;
+use memkv_server::config::ServerConfig;
+use serde_json::Value;
+
+const EXTENT: u64 = 64 << 10;
+
+fn drive_config(address: &str, drives: &[PathBuf]) -> ServerConfig {
+    let mut yaml = format!(
+        "network:\n  address: {address}\n  auth_key: {KEY_HEX}\nstorage:\n  mode: file\n  file_reads: pread\n  block_size: 64 KiB\n  drives:\n"
+    );
+    for d in drives {
+        yaml.push_str(&format!(
+            "    - media: {}\n      size: 8 MiB\n",
+            d.display()
+        ));
+    }
+    ServerConfig::from_yaml_str(&yaml, "drive test").unwrap()
+}
+
+/// A file-mode server whose admin API is at data port + 1, where `memkv drive` looks for it.
+async fn start(drives: &[PathBuf]) -> Server {
+    for _ in 0..50 {
+        let data = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = data.local_addr().unwrap().port();
+        if port == u16::MAX || std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_err() {
+            continue;
+        }
+        drop(data);
+        let config = drive_config(&format!("127.0.0.1:{port}"), drives);
+        if let Ok(server) = Server::start(config).await {
+            return server;
+        }
+    }
+    panic!("no free pair of adjacent loopback ports");
+}
+
+async fn drive(addr: &str, key: &str, args: &[&str]) -> std::process::Output {
+    let mut cmd = memkv(addr, key);
+    cmd.arg("drive").args(args);
+    run(cmd, None).await
+}
+
+async fn drives_json(addr: &str) -> Vec<Value> {
+    let o = drive(addr, KEY_HEX, &["list", "--json"]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice::<Value>(&o.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+async fn one_drive(addr: &str, media: &Path) -> Value {
+    let o = drive(
+        addr,
+        KEY_HEX,
+        &["status", media.to_str().unwrap(), "--json"],
+    )
+    .await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// How many of `keys` read back (the rest are misses, exit 3).
+async fn readable(addr: &str, keys: &[String]) -> usize {
+    let mut found = 0;
+    for k in keys {
+        let mut cmd = memkv(addr, KEY_HEX);
+        cmd.args(["get", k]);
+        let o = run(cmd, None).await;
+        match o.status.code() {
+            Some(0) => {
+                assert_eq!(o.stdout, format!("value of {k}").as_bytes());
+                found += 1;
+            }
+            Some(3) => {}
+            other => panic!("get {k}: {other:?} {}", stderr(&o)),
+        }
+    }
+    found
+}
+
+/// One raw HTTP POST to the admin API; returns the status code and body.
+fn post(admin: std::net::SocketAddr, path: &str, auth: Option<&str>, body: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(admin).unwrap();
+    let auth = auth.map_or(String::new(), |a| format!("x-memkv-auth: {a}\r\n"));
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\n{auth}content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let code = answer[9..12].parse().unwrap();
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (code, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drives_are_listed_removed_and_added_back_on_a_running_server() {
+    let dir = scratch("drives");
+    let paths: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("d{i}"))).collect();
+    for p in &paths {
+        let _ = std::fs::remove_file(p);
+    }
+    let server = start(&paths).await;
+    let addr = server.data_addr().to_string();
+    let media = |i: usize| paths[i].to_str().unwrap().to_owned();
+
+    let listed = drives_json(&addr).await;
+    assert_eq!(listed.len(), 3);
+    assert!(listed.iter().all(|d| d["state"] == "online"), "{listed:?}");
+    let o = drive(&addr, KEY_HEX, &["list"]).await;
+    let table = String::from_utf8(o.stdout).unwrap();
+    assert!(table.starts_with("MEDIA"), "{table}");
+    assert!(table.contains("online"), "{table}");
+
+    let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        let mut cmd = memkv(&addr, KEY_HEX);
+        cmd.args(["put", k, "-"]);
+        let o = run(cmd, Some(format!("value of {k}").into_bytes())).await;
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let values_on = |d: &Value| (d["used_bytes"].as_u64().unwrap() / EXTENT) as usize;
+    let on_d1 = values_on(&one_drive(&addr, &paths[1]).await);
+    let on_d2 = values_on(&one_drive(&addr, &paths[2]).await);
+    assert!(
+        on_d1 > 0 && on_d2 > 0,
+        "values are striped over every drive"
+    );
+
+    // Remove: its values are misses, new values go elsewhere, and a second remove is a no-op.
+    let o = drive(&addr, KEY_HEX, &["remove", &media(1)]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("removed from service"));
+    assert_eq!(one_drive(&addr, &paths[1]).await["state"], "removed");
+    assert_eq!(readable(&addr, &keys).await, keys.len() - on_d1);
+    let used_before = one_drive(&addr, &paths[1]).await["used_bytes"].clone();
+    for i in 0..4 {
+        let mut cmd = memkv(&addr, KEY_HEX);
+        cmd.args(["put", &format!("new{i}"), "-"]);
+        assert!(run(cmd, Some(b"x".to_vec())).await.status.success());
+    }
+    assert_eq!(one_drive(&addr, &paths[1]).await["used_bytes"], used_before);
+    let o = drive(&addr, KEY_HEX, &["remove", &media(1)]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("nothing changed"));
+
+    // Refusals, each named: the journal's drive, an unknown drive, the wrong key.
+    let o = drive(&addr, KEY_HEX, &["remove", &media(0)]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("holds the journal"), "{}", stderr(&o));
+    let o = drive(&addr, KEY_HEX, &["remove", "/no/such/drive"]).await;
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("its drives:"), "{}", stderr(&o));
+    let o = drive(&addr, WRONG_KEY_HEX, &["add", &media(1)]).await;
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stderr(&o).contains("another auth key"), "{}", stderr(&o));
+    assert_eq!(one_drive(&addr, &paths[1]).await["state"], "removed");
+
+    // Add it back: its values are served again.
+    let o = drive(&addr, KEY_HEX, &["add", &media(1)]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("back in service"));
+    assert_eq!(readable(&addr, &keys).await, keys.len());
+
+    // A drive that no longer carries this store's superblock is refused.
+    let o = drive(&addr, KEY_HEX, &["remove", &media(2)]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let blank = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[2])
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&blank, &[0u8; 4096], 0).unwrap();
+    let o = drive(&addr, KEY_HEX, &["add", &media(2)]).await;
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is blank"), "{}", stderr(&o));
+    assert_eq!(one_drive(&addr, &paths[2]).await["state"], "removed");
+
+    // A drive that fails its reads goes offline on its own, its failed reads counted.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[1])
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    assert_eq!(readable(&addr, &keys).await, keys.len() - on_d1 - on_d2);
+    let d1 = one_drive(&addr, &paths[1]).await;
+    assert_eq!(d1["state"], "failed", "{d1}");
+    assert!(d1["read_errors"].as_u64().unwrap() >= 1, "{d1}");
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drive_changes_must_be_signed_once_with_the_auth_key() {
+    let dir = scratch("drive-auth");
+    let paths: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("d{i}"))).collect();
+    for p in &paths {
+        let _ = std::fs::remove_file(p);
+    }
+    let server = start(&paths).await;
+    let admin = server.admin_addr();
+    let body = format!("{{\"media\":\"{}\"}}", paths[1].display());
+    let path = "/v1/drives/remove";
+    let (code, answer) = tokio::task::spawn_blocking({
+        let body = body.clone();
+        move || post(admin, path, None, &body)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 401, "{answer}");
+    assert!(answer.contains("not signed"), "{answer}");
+
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let key = AuthKey::from_hex(KEY_HEX).unwrap();
+    let stale = sign_admin_request(&key, "POST", path, now - 3600, [1; 16], body.as_bytes());
+    let signed = sign_admin_request(&key, "POST", path, now, [2; 16], body.as_bytes());
+    let (stale_answer, first, replay) = tokio::task::spawn_blocking(move || {
+        (
+            post(admin, path, Some(&stale), &body),
+            post(admin, path, Some(&signed), &body),
+            post(admin, path, Some(&signed), &body),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(stale_answer.0, 401, "{}", stale_answer.1);
+    assert!(stale_answer.1.contains("clock"), "{}", stale_answer.1);
+    assert_eq!(first.0, 200, "{}", first.1);
+    assert!(first.1.contains("\"changed\":true"), "{}", first.1);
+    assert_eq!(replay.0, 401, "{}", replay.1);
+    assert!(replay.1.contains("used before"), "{}", replay.1);
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
