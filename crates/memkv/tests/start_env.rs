@@ -243,7 +243,10 @@ async fn start_exports_its_metrics_and_traces_over_otlp_to_memkv_otel_endpoint()
         {
             let r = received.lock().unwrap();
             let stored = r.gauges.get("memkv_stored_values").copied().unwrap_or(0.0);
-            let traced = r.spans.contains(&("TcpPut".to_owned(), "tcp".to_owned()));
+            // The CLI's put goes through the shared arena on this host (Commit over shm), or
+            // over TCP where the server does not share it.
+            let traced = r.spans.contains(&("TcpPut".to_owned(), "tcp".to_owned()))
+                || r.spans.contains(&("Commit".to_owned(), "shm".to_owned()));
             if wanted.iter().all(|n| r.names.contains(*n)) && stored >= 1.0 && traced {
                 assert!(r.service_names.contains("memkv"), "{:?}", r.service_names);
                 assert!(r.gauges["memkv_capacity_bytes"] > 0.0);
