@@ -48,7 +48,7 @@ pub trait DriveIo: Send + Sync {
     /// Makes every completed write durable.
     fn sync(&self) -> io::Result<()>;
     /// Usable bytes.
-    fn len(&self) -> u64;
+    fn size(&self) -> u64;
     /// The name the store uses for this drive in errors, logs and stats.
     fn path(&self) -> &Path;
 }
@@ -67,7 +67,7 @@ impl ExtentIo for InjectedDrive {
         self.0.sync()
     }
     fn len(&self) -> u64 {
-        self.0.len()
+        self.0.size()
     }
     fn path(&self) -> &Path {
         self.0.path()
