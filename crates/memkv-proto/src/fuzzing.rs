@@ -71,7 +71,8 @@ pub fn handshake(data: &[u8]) {
     let (client, _hello) =
         ClientHandshake::start(key(), HANDSHAKE_CLIENT_NONCE, options & 1 != 0, limits);
     let mut client = Side::Handshaking(Machine::Client(client));
-    while !(rest.is_empty() || server.ended() && client.ended()) {
+    let both_ended = |s: &Side, c: &Side| s.ended() && c.ended();
+    while !rest.is_empty() && !both_ended(&server, &client) {
         // Handshake frames are read under the handshake limits, session frames under the
         // session's: decode under the larger and let each side refuse what it must.
         let Ok((frame, used)) = Frame::decode(rest, &limits) else {

@@ -51,11 +51,7 @@ pub trait DriveIo: Send + Sync {
     /// Makes every completed write durable.
     fn sync(&self) -> io::Result<()>;
     /// Usable bytes.
-    fn len(&self) -> u64;
-    /// Whether the drive holds no bytes at all (such a drive is refused at open).
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+    fn size(&self) -> u64;
     /// The name the store uses for this drive in errors, logs and stats.
     fn path(&self) -> &Path;
     /// Drops `len` bytes at `offset` (freed extents, in batches). The default refuses, and the
@@ -82,7 +78,7 @@ impl ExtentIo for InjectedDrive {
         self.0.sync()
     }
     fn len(&self) -> u64 {
-        self.0.len()
+        self.0.size()
     }
     fn path(&self) -> &Path {
         self.0.path()

@@ -317,7 +317,7 @@ impl DriveIo for FaultDrive {
         Ok(())
     }
 
-    fn len(&self) -> u64 {
+    fn size(&self) -> u64 {
         self.media().current.len() as u64
     }
 
