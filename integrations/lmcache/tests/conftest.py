@@ -8,6 +8,7 @@ import hashlib
 import logging
 import os
 import signal
+import time
 
 import pytest
 from memkv.testing import MemkvServer
@@ -33,6 +34,16 @@ def frozen(srv):
     if proc is None:
         pytest.fail("memkv.testing.MemkvServer no longer exposes its process; update frozen()")
     os.kill(proc.pid, signal.SIGSTOP)
+    # kill() returns once the signal is queued; wait until every server thread has stopped,
+    # so no request sent from here on is answered.
+    deadline = time.monotonic() + 5
+    while not all(
+        open(f"/proc/{proc.pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[0] == "T"
+        for t in os.listdir(f"/proc/{proc.pid}/task")
+    ):
+        if time.monotonic() > deadline:
+            pytest.fail(f"server {proc.pid} did not stop within 5 s")
+        time.sleep(0.01)
     try:
         yield
     finally:

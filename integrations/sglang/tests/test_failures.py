@@ -26,6 +26,21 @@ def timed(fn, *args):
     return result
 
 
+def wait_until_stopped(pid: int) -> None:
+    """kill() returns once SIGSTOP is queued; on a loaded machine a server thread may still
+    answer a request before it stops. Wait until every thread shows state T."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(state == "T" for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"server {pid} did not stop within 5 s")
+
+
 @contextlib.contextmanager
 def servers_sharing_a_key(count: int, monkeypatch):
     """``count`` servers with one auth key, so that one client can use them all.
@@ -125,6 +140,7 @@ def test_frozen_server_times_out(make_backend, monkeypatch):
         # MemkvServer offers stop() only; its process handle is what can be paused.
         pid = srv._proc.pid
         os.kill(pid, signal.SIGSTOP)
+        wait_until_stopped(pid)
         try:
             assert timed(backend.batch_exists, keys) == 0
             dst = pool.alloc(n * pool.page_size)
