@@ -32,19 +32,7 @@ fn drive_config(address: &str, drives: &[PathBuf]) -> ServerConfig {
 
 /// A file-mode server whose admin API is at data port + 1, where `memkv drive` looks for it.
 async fn start(drives: &[PathBuf]) -> Server {
-    for _ in 0..50 {
-        let data = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = data.local_addr().unwrap().port();
-        if port == u16::MAX || std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_err() {
-            continue;
-        }
-        drop(data);
-        let config = drive_config(&format!("127.0.0.1:{port}"), drives);
-        if let Ok(server) = Server::start(config).await {
-            return server;
-        }
-    }
-    panic!("no free pair of adjacent loopback ports");
+    start_with_admin_at_port_plus_one(|address| drive_config(address, drives)).await
 }
 
 async fn drive(addr: &str, key: &str, args: &[&str]) -> std::process::Output {

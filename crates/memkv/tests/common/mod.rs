@@ -26,6 +26,14 @@ pub async fn start_server() -> Server {
 /// port is ephemeral too). Looks for a free pair of ports, retrying if another process
 /// takes one first.
 pub async fn start_server_with_admin_at_port_plus_one() -> Server {
+    start_with_admin_at_port_plus_one(config).await
+}
+
+/// Like [`start_server_with_admin_at_port_plus_one`], with the configuration `config_for`
+/// builds for a data address.
+pub async fn start_with_admin_at_port_plus_one(
+    config_for: impl Fn(&str) -> ServerConfig,
+) -> Server {
     for _ in 0..50 {
         let data = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = data.local_addr().unwrap().port();
@@ -33,7 +41,7 @@ pub async fn start_server_with_admin_at_port_plus_one() -> Server {
             continue;
         }
         drop(data);
-        if let Ok(server) = Server::start(config(&format!("127.0.0.1:{port}"))).await {
+        if let Ok(server) = Server::start(config_for(&format!("127.0.0.1:{port}"))).await {
             return server;
         }
     }
