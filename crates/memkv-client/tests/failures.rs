@@ -4,9 +4,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{KEY_HEX, OTHER_KEY_HEX, client_config, server_config, start};
+use common::{KEY_HEX, OTHER_KEY_HEX, client_config, start};
 use memkv_client::{AuthKey, Client, ClientConfig, Error};
-use memkv_server::Server;
 
 #[tokio::test]
 async fn a_wrong_key_is_unauthorized_and_names_no_key() {
@@ -109,7 +108,7 @@ where
 #[tokio::test]
 async fn a_dead_server_fails_only_its_keys_and_is_reconnected_when_it_returns() {
     let a = start("").await;
-    let b = start("").await;
+    let b = common::start_restartable("").await;
     let b_addr = b.data_addr();
     let mut config = client_config(&[&a, &b]);
     config.timeout = Duration::from_millis(1000);
@@ -152,9 +151,7 @@ async fn a_dead_server_fails_only_its_keys_and_is_reconnected_when_it_returns() 
     }
 
     // Same port again (memory mode: the values are gone, the server is back).
-    let b = Server::start(server_config(&b_addr.to_string(), ""))
-        .await
-        .unwrap();
+    let b = common::start_again(&b_addr.to_string(), "").await;
     let k = on_b[0];
     eventually(Duration::from_secs(10), || c.put(k, b"back")).await;
     assert_eq!(c.get(k).await.unwrap().as_deref(), Some(&b"back"[..]));

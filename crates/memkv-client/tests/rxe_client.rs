@@ -153,8 +153,16 @@ async fn a_server_refusing_rdma_sends_auto_to_tcp_and_strict_to_an_error() {
     else {
         return;
     };
-    // rxe's P_Key table has one entry: index 1 keeps the server on TCP.
-    let server = common::start(&format!("rdma:\n  device: {server_dev}\n  pkey_index: 1\n")).await;
+    // rxe's P_Key table has one entry: index 1 keeps the server on TCP. Shared memory is off,
+    // or an auto client on this host would use it and never try RDMA.
+    let mut config = common::server_config(
+        "127.0.0.1:0",
+        &format!("rdma:\n  device: {server_dev}\n  pkey_index: 1\n"),
+    );
+    config.network.shared_memory = false;
+    let server = memkv_server::Server::start(config)
+        .await
+        .expect("server starts");
     let auto = rdma_client(&server, &rail, Transport::Auto).await.unwrap();
     // A batch is the first operation: its items go over TCP after the RDMA failure.
     let batch = [("b1", vec![1u8; 10]), ("b2", pattern(100_000, 3))];

@@ -86,12 +86,7 @@ async fn open_connections(admin: std::net::SocketAddr) -> u64 {
 #[tokio::test]
 async fn file_mode_keeps_every_acknowledged_block_across_stop_and_restart() {
     let dir = scratch_dir("file-mode");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let address = format!("127.0.0.1:{port}");
+    let address = common::restartable_address();
     let storage = format!(
         "storage:\n  mode: file\n  block_size: 1 MiB\n  drives:\n    - media: {}\n      size: 96 MiB\n    - media: {}\n      size: 96 MiB\n",
         dir.join("d0").display(),
@@ -121,9 +116,7 @@ async fn file_mode_keeps_every_acknowledged_block_across_stop_and_restart() {
     assert!(c.delete(b"durable/7").await.unwrap());
     server.shutdown().await.unwrap();
 
-    let server = Server::start(server_config(&address, &storage))
-        .await
-        .unwrap();
+    let server = common::start_again(&address, &storage).await;
     let keys: Vec<&str> = acknowledged.iter().map(|(k, _)| k.as_str()).collect();
     let got = c.get_batch(&keys).await;
     for ((k, v), r) in acknowledged.iter().zip(got) {

@@ -126,7 +126,7 @@ async fn a_server_without_shared_memory_is_served_another_way_unless_shm_is_requ
 
 #[tokio::test]
 async fn a_restarted_server_is_attached_again_and_old_bytes_are_never_served() {
-    let first = start("").await;
+    let first = common::start_restartable("").await;
     let addr = first.data_addr().to_string();
     let mut config = client_config(&[&first]);
     config.timeout = Duration::from_secs(2);
@@ -136,9 +136,7 @@ async fn a_restarted_server_is_attached_again_and_old_bytes_are_never_served() {
     // The old arena stays mapped in the client after the server is gone.
     first.shutdown().await.unwrap();
 
-    let second = Server::start(common::server_config(&addr, ""))
-        .await
-        .unwrap();
+    let second = common::start_again(&addr, "").await;
     let until = Instant::now() + Duration::from_secs(10);
     let value = pattern(300_000, 2);
     loop {

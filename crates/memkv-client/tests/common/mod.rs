@@ -25,6 +25,61 @@ pub async fn start(extra: &str) -> Server {
         .expect("server starts")
 }
 
+/// A loopback address for a server a test stops and starts again. Its port and port + 1 (the
+/// admin API) are free and lie below the kernel's ephemeral range: an ephemeral data port
+/// would leave port + 1 to be lent to any outgoing connection (the test client's own, still
+/// closing, has held it for the whole restart).
+pub fn restartable_address() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u32, ephemeral_low.saturating_sub(2).max(10_100));
+    let random = RandomState::new();
+    for attempt in 0u32..200 {
+        let port = low + (random.hash_one(attempt) % u64::from(high - low)) as u32;
+        let free = |p: u32| std::net::TcpListener::bind(("127.0.0.1", p as u16)).is_ok();
+        if free(port) && free(port + 1) {
+            return format!("127.0.0.1:{port}");
+        }
+    }
+    panic!("no free pair of adjacent loopback ports in {low}..{high}");
+}
+
+/// A memory-mode server (with `extra`) on a [`restartable_address`].
+pub async fn start_restartable(extra: &str) -> Server {
+    for _ in 0..20 {
+        let address = restartable_address();
+        if let Ok(server) = Server::start(server_config(&address, extra)).await {
+            return server;
+        }
+    }
+    panic!("no server could start on a restartable address");
+}
+
+/// Starts a server on a fixed `address` again (a restart), retrying for up to ten seconds
+/// while the old sockets linger or another test briefly probes the same ports.
+pub async fn start_again(address: &str, extra: &str) -> Server {
+    use memkv_server::StartError;
+    use memkv_server::admin::AdminError;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match Server::start(server_config(address, extra)).await {
+            Ok(server) => return server,
+            Err(
+                StartError::Bind { source, .. }
+                | StartError::Admin(AdminError::Bind { source, .. }),
+            ) if source.kind() == std::io::ErrorKind::AddrInUse
+                && std::time::Instant::now() < until =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("restart on {address}: {e}"),
+        }
+    }
+}
+
 pub fn key() -> AuthKey {
     AuthKey::from_hex(KEY_HEX).unwrap()
 }
