@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{client_config, pattern, scratch_dir, server_config, start};
+use common::{admin_get, client_config, metric_sum, pattern, scratch_dir, server_config, start};
 use memkv_client::Client;
 use memkv_server::Server;
 
@@ -126,6 +126,85 @@ async fn file_mode_keeps_every_acknowledged_block_across_stop_and_restart() {
         } else {
             assert!(r.as_ref() == Some(v), "{k} lost or changed");
         }
+    }
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A drive that vanishes under a running file-mode server (a test double: its file is
+/// truncated to the superblock) goes offline: its values are misses, the server keeps serving
+/// from the other drive, and both `/v1/health` and the metrics say so.
+#[tokio::test]
+async fn a_vanished_drive_shows_as_offline_in_health_and_metrics() {
+    let dir = scratch_dir("vanished-drive");
+    let (d0, d1) = (dir.join("d0"), dir.join("d1"));
+    // pread, not mapped reads: a mapping of a truncated file faults instead of failing a read.
+    let storage = format!(
+        "storage:\n  mode: file\n  file_reads: pread\n  block_size: 256 KiB\n  drives:\n    - media: {}\n      size: 32 MiB\n    - media: {}\n      size: 32 MiB\n",
+        d0.display(),
+        d1.display()
+    );
+    let server = start(&storage).await;
+    let c = Client::connect(client_config(&[&server])).await.unwrap();
+    // One extent each, striped over the drives: 12 values on each.
+    let values: Vec<(String, Vec<u8>)> = (0..24u64)
+        .map(|i| (format!("drive/{i}"), pattern(200_000, i)))
+        .collect();
+    for r in c.put_batch(&values).await {
+        r.unwrap();
+    }
+    let scrape = admin_get(&server, "/v1/metrics").await;
+    let d1_label = d1.display().to_string();
+    assert_eq!(
+        metric_sum(&scrape, "memkv_drive_online", &[("drive", &d1_label)]),
+        1.0
+    );
+
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&d1)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let keys: Vec<&str> = values.iter().map(|(k, _)| k.as_str()).collect();
+    let (mut found, mut missed) = (0, 0);
+    for ((k, v), r) in values.iter().zip(c.get_batch(&keys).await) {
+        match r.unwrap() {
+            Some(got) => {
+                assert!(got == *v, "{k}: wrong bytes served");
+                found += 1;
+            }
+            None => missed += 1,
+        }
+    }
+    assert!(found > 0 && missed > 0, "found {found}, missed {missed}");
+
+    let health: serde_json::Value =
+        serde_json::from_str(&admin_get(&server, "/v1/health").await).unwrap();
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert_eq!(health["drives_offline"], 1, "{health}");
+    let scrape = admin_get(&server, "/v1/metrics").await;
+    let d0_label = d0.display().to_string();
+    assert_eq!(
+        metric_sum(&scrape, "memkv_drive_online", &[("drive", &d1_label)]),
+        0.0
+    );
+    assert_eq!(
+        metric_sum(&scrape, "memkv_drive_online", &[("drive", &d0_label)]),
+        1.0
+    );
+    let read_errors = metric_sum(
+        &scrape,
+        "memkv_drive_read_errors_total",
+        &[("drive", &d1_label)],
+    );
+    assert!(read_errors >= missed as f64, "{read_errors} < {missed}");
+
+    // The server keeps serving: new values go to the drive that works.
+    for i in 100..106u64 {
+        let (k, v) = (format!("drive/{i}"), pattern(200_000, i));
+        c.put(k.as_bytes(), &v).await.unwrap();
+        assert!(c.get(k.as_bytes()).await.unwrap().unwrap() == v, "{k}");
     }
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(dir);

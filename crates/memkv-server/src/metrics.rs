@@ -33,6 +33,20 @@ pub const AUTH_FAILURES_TOTAL: &str = "memkv_auth_failures_total";
 /// Counter: frames refused (the connection is closed after each). Label: `reason`, one of
 /// [`RefusalReason`]'s names.
 pub const REFUSED_FRAMES_TOTAL: &str = "memkv_refused_frames_total";
+/// Gauge: 1 while a drive serves, 0 once it went offline (I/O errors, vanished) or was
+/// removed. Label: `drive` (its path). Drive-backed modes only.
+pub const DRIVE_ONLINE: &str = "memkv_drive_online";
+/// Counter: reads of values on a drive that failed (each served as a miss). Label: `drive`.
+pub const DRIVE_READ_ERRORS_TOTAL: &str = "memkv_drive_read_errors_total";
+/// Counter: writes of values to a drive that failed (each failed its put). Label: `drive`.
+pub const DRIVE_WRITE_ERRORS_TOTAL: &str = "memkv_drive_write_errors_total";
+/// Gauge: bytes of registered memory a drive-backed server stages RDMA values in.
+pub const RDMA_STAGING_BYTES: &str = "memkv_rdma_staging_bytes";
+/// Gauge: staging bytes held by puts and gets in flight.
+pub const RDMA_STAGING_IN_USE_BYTES: &str = "memkv_rdma_staging_in_use_bytes";
+/// Counter: RDMA requests answered busy because the staging was full (the client retries or
+/// falls back to TCP).
+pub const RDMA_STAGING_BUSY_TOTAL: &str = "memkv_rdma_staging_busy_total";
 /// Gauge: client connections open now.
 pub const CONNECTIONS: &str = "memkv_connections";
 /// Counter: client connections accepted since start.
@@ -238,6 +252,32 @@ fn describe() {
         "Bytes used by values and open reservations"
     );
     metrics::describe_gauge!(FREE_BYTES, metrics::Unit::Bytes, "Capacity not used");
+    metrics::describe_gauge!(
+        DRIVE_ONLINE,
+        "1 while the drive serves, 0 offline or removed"
+    );
+    metrics::describe_counter!(
+        DRIVE_READ_ERRORS_TOTAL,
+        "Reads of values on the drive that failed (served as misses)"
+    );
+    metrics::describe_counter!(
+        DRIVE_WRITE_ERRORS_TOTAL,
+        "Writes of values to the drive that failed"
+    );
+    metrics::describe_gauge!(
+        RDMA_STAGING_BYTES,
+        metrics::Unit::Bytes,
+        "Registered memory a drive-backed server stages RDMA values in"
+    );
+    metrics::describe_gauge!(
+        RDMA_STAGING_IN_USE_BYTES,
+        metrics::Unit::Bytes,
+        "Staging held by RDMA puts and gets in flight"
+    );
+    metrics::describe_counter!(
+        RDMA_STAGING_BUSY_TOTAL,
+        "RDMA requests answered busy because the staging was full"
+    );
     metrics::describe_gauge!(STORED_VALUES, "Values stored now");
     metrics::describe_gauge!(
         STORED_VALUE_BYTES,
@@ -311,6 +351,30 @@ pub fn record_capacity(stats: &memkv_store::StoreStats) {
     metrics::gauge!(FREE_BYTES).set(stats.usable_bytes.saturating_sub(stats.used_bytes) as f64);
     metrics::gauge!(STORED_VALUES).set(stats.blocks as f64);
     metrics::gauge!(STORED_VALUE_BYTES).set(stats.value_bytes as f64);
+}
+
+/// Each drive's state and error counts (drive-backed modes). The store keeps the counts, so
+/// they are copied as they are, not added to.
+pub fn record_drives(drives: &[memkv_store::DeviceStats]) {
+    for d in drives {
+        let drive = d.path.display().to_string();
+        metrics::gauge!(DRIVE_ONLINE, "drive" => drive.clone()).set(if d.online {
+            1.0
+        } else {
+            0.0
+        });
+        metrics::counter!(DRIVE_READ_ERRORS_TOTAL, "drive" => drive.clone())
+            .absolute(d.read_errors);
+        metrics::counter!(DRIVE_WRITE_ERRORS_TOTAL, "drive" => drive).absolute(d.write_errors);
+    }
+}
+
+/// The RDMA staging of a drive-backed server: its size, what is held and how often it was full.
+pub fn record_staging(report: &crate::staging::StagingReport) {
+    let chunk = report.usage.chunk_size as f64;
+    metrics::gauge!(RDMA_STAGING_BYTES).set(chunk * report.usage.chunks_total as f64);
+    metrics::gauge!(RDMA_STAGING_IN_USE_BYTES).set(chunk * report.usage.chunks_in_use as f64);
+    metrics::counter!(RDMA_STAGING_BUSY_TOTAL).absolute(report.busy_total);
 }
 
 pub fn record_refusal(reason: RefusalReason) {

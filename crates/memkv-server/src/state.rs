@@ -94,6 +94,10 @@ impl Shared {
     pub fn sync_store_metrics(&self) {
         let stats = self.store.stats();
         crate::metrics::record_capacity(&stats);
+        crate::metrics::record_drives(&stats.per_device);
+        if let Some(staging) = self.staging() {
+            crate::metrics::record_staging(&staging.report());
+        }
         let before = self.last_evictions.swap(stats.evictions, Ordering::Relaxed);
         if stats.evictions > before {
             crate::metrics::record_evictions(stats.evictions - before);
