@@ -147,7 +147,13 @@ fn finish<Q: QueuePairs>(
     status: WcStatus,
     result: Result<(), RdmaError>,
 ) {
-    request.window.complete(status);
+    // A request past its deadline had no answer from the peer for that long: congestion,
+    // whatever status the flush reports.
+    if request.timed_out && !status.is_success() {
+        request.window.complete_late();
+    } else {
+        request.window.complete(status);
+    }
     q.release(&request);
     request.slot.settle_one(result);
 }
@@ -315,7 +321,10 @@ mod tests {
     #[tokio::test]
     async fn late_requests_break_their_queue_pair_then_end_without_the_nic() {
         let q = fake();
-        let window = Arc::new(PeerWindow::new("p".into(), CongestionWindow::default()));
+        let window = Arc::new(PeerWindow::new(
+            "p".into(),
+            CongestionWindow::new(16, 1, 128),
+        ));
         let slot = Arc::new(Slot::default());
         let owner = Owner {
             slot: &slot,
@@ -344,5 +353,9 @@ mod tests {
             slot.settled().await,
             Err(timeout_error(101, Op::Write, DEADLINE))
         );
+        // Unanswered past the deadline is congestion: each of the three halved the window,
+        // flushed by the NIC or ended without it.
+        assert_eq!(window.snapshot().cwnd(), 2);
+        assert_eq!(window.snapshot().in_flight(), 0);
     }
 }

@@ -75,8 +75,7 @@ impl PeerWindow {
 
     /// Accounts one completion of a posted work request.
     pub fn complete(&self, status: WcStatus) {
-        let cwnd = {
-            let mut w = self.lock();
+        self.settle(|w| {
             if status.is_success() {
                 w.on_success();
             } else if status.is_congestion() {
@@ -84,6 +83,19 @@ impl PeerWindow {
             } else {
                 w.on_other_error();
             }
+        });
+    }
+
+    /// Accounts one posted work request that ended after its deadline with no answer: it
+    /// counts as congestion, as if its transport retries had run out.
+    pub fn complete_late(&self) {
+        self.settle(CongestionWindow::on_congestion);
+    }
+
+    fn settle(&self, account: impl FnOnce(&mut CongestionWindow)) {
+        let cwnd = {
+            let mut w = self.lock();
+            account(&mut w);
             w.cwnd()
         };
         self.export(cwnd);

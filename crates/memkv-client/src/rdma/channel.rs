@@ -68,13 +68,14 @@ impl Channel {
 pub(crate) fn dci_pool(
     device: &Arc<RdmaDevice>,
     num_dcis: u32,
+    options: QpOptions,
 ) -> std::result::Result<Arc<DciPool>, String> {
     if let DcSupport::Unsupported(why) = device.dc_support() {
         tracing::debug!(rail = device.name(), "DC not used ({why}); RC");
         return Err(why.to_string());
     }
     device
-        .create_dci_pool(num_dcis, QpOptions::default())
+        .create_dci_pool(num_dcis, options)
         .map(Arc::new)
         .map_err(|e| {
             tracing::warn!(

@@ -15,7 +15,7 @@ use std::time::Instant;
 use memkv_fabric::{Fabric, FabricConfig};
 use memkv_proto::connect::RdmaEndpoint;
 use memkv_proto::{Opcode, Status};
-use memkv_rdma::{RdmaDevice, StagingPool};
+use memkv_rdma::{QpOptions, RdmaDevice, StagingPool};
 use tokio::sync::Mutex;
 
 use super::channel::{Channel, dci_pool};
@@ -63,6 +63,8 @@ pub(crate) struct RdmaPath {
     fallback_reason: std::sync::Mutex<Option<String>>,
     /// DC access key for servers that answer Connect with their DC target.
     dc_key: u64,
+    /// Queue pair settings: work requests share the client's operation deadline.
+    qp_options: QpOptions,
     // Dropped last: its event watchers serve the devices above.
     _fabric: Fabric,
 }
@@ -117,12 +119,20 @@ impl RdmaPath {
         } else {
             config.rdma_devices.clone()
         };
+        // A work request unanswered for three quarters of the operation's deadline breaks its
+        // queue pair and counts as congestion, before the operation itself gives up (which
+        // would drop it as a plain cancellation): on a fabric that retries without end
+        // (Soft-RoCE takes a retry count of 7 as infinite) that is the only congestion signal.
+        let qp_options = QpOptions {
+            op_deadline: config.timeout.mul_f64(0.75),
+            ..QpOptions::default()
+        };
         let mut rails = Vec::new();
         let mut dropped = Vec::new();
         for name in &names {
             let opened = RdmaDevice::open(&fabric, Some(name), None).and_then(|device| {
                 let staging = StagingPool::new(&device, STAGING_SIZE, STAGING_BUFFERS)?;
-                let dci = dci_pool(&device, config.num_dcis);
+                let dci = dci_pool(&device, config.num_dcis, qp_options.clone());
                 Ok(Rail::new(device, staging, dci))
             });
             match opened {
@@ -153,6 +163,7 @@ impl RdmaPath {
             next_rail: AtomicUsize::new(0),
             fell_back: AtomicBool::new(false),
             dc_key: config.auth_key.dc_access_key(),
+            qp_options,
             _fabric: fabric,
         }))
     }
@@ -358,7 +369,7 @@ impl RdmaPath {
         let qp = Arc::new(
             self.rails[rail]
                 .device
-                .create_rc()
+                .create_rc_with(self.qp_options.clone())
                 .map_err(|e| rdma_err(server, e))?,
         );
         let dci = self.rails[rail].dci.as_ref();
