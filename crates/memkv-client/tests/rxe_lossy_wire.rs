@@ -19,10 +19,13 @@ use memkv_server::Server;
 /// other's.
 static WIRE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The rxe devices and the veth ends under them, in the VM.
+/// The rxe devices, the veth ends under them and their addresses, in the VM: the server on
+/// the first, the client's rail on the last.
 struct Wire {
     server_device: String,
+    server_addr: String,
     rail: String,
+    rail_addr: String,
     netdevs: Vec<String>,
 }
 
@@ -47,16 +50,14 @@ fn wire_or_skip(test: &str) -> Option<Wire> {
             .map(str::to_owned)
             .collect()
     };
-    let devices = list("MEMKV_RXE_DEVICES");
+    let (devices, addrs) = (list("MEMKV_RXE_DEVICES"), list("MEMKV_RXE_ADDRS"));
     Some(Wire {
         server_device: devices[0].clone(),
+        server_addr: addrs[0].clone(),
         rail: devices.last().unwrap().clone(),
+        rail_addr: addrs.last().unwrap().clone(),
         netdevs: list("MEMKV_RXE_NETDEVS"),
     })
-}
-
-fn ip(args: &[&str]) {
-    sh("ip", args);
 }
 
 fn sh(program: &str, args: &[&str]) {
@@ -195,17 +196,18 @@ async fn round(rdma: &Client, tcp: &Client, label: &str, timeout: Duration) -> R
             }
         }
     }
-    let keys: Vec<&str> = acknowledged.iter().map(|(k, _)| k.as_str()).collect();
-    for chunk in keys.chunks(BATCH) {
+    let keys_of = |chunk: &[(String, Vec<u8>)]| -> Vec<String> {
+        chunk.iter().map(|(k, _)| k.clone()).collect()
+    };
+    for chunk in acknowledged.chunks(BATCH) {
         let t = Instant::now();
-        let got = rdma.get_batch(chunk).await;
+        let got = rdma.get_batch(&keys_of(chunk)).await;
         assert!(
             t.elapsed() < deadline,
             "{label}: a get batch took {:?}",
             t.elapsed()
         );
-        for (key, r) in chunk.iter().zip(got) {
-            let want = &acknowledged.iter().find(|(k, _)| k == key).unwrap().1;
+        for ((key, want), r) in chunk.iter().zip(got) {
             match r {
                 Ok(Some(v)) => {
                     assert!(v == *want, "{label}: {key} came back different over RDMA");
@@ -220,10 +222,9 @@ async fn round(rdma: &Client, tcp: &Client, label: &str, timeout: Duration) -> R
         }
     }
     let elapsed = started.elapsed();
-    for chunk in keys.chunks(BATCH) {
-        let read = tcp.get_batch(chunk).await;
-        for (key, r) in chunk.iter().zip(read) {
-            let want = &acknowledged.iter().find(|(k, _)| k == key).unwrap().1;
+    for chunk in acknowledged.chunks(BATCH) {
+        let read = tcp.get_batch(&keys_of(chunk)).await;
+        for ((key, want), r) in chunk.iter().zip(read) {
             assert!(
                 r.expect("TCP get").as_ref() == Some(want),
                 "{label}: acknowledged {key} differs over TCP"
@@ -239,13 +240,12 @@ async fn round(rdma: &Client, tcp: &Client, label: &str, timeout: Duration) -> R
 
 /// The client's congestion window towards the server's rail (`memkv_rdma_cwnd`, exported
 /// through the server's metrics: server and client share this test's process and recorder).
-async fn cwnd(server: &Server) -> f64 {
-    let addr = std::env::var("MEMKV_RXE_ADDRS").unwrap();
-    let server_addr = addr.split(',').next().unwrap().to_owned();
+async fn cwnd(server: &Server, wire: &Wire) -> f64 {
+    let server_addr = &wire.server_addr;
     let scrape = common::admin_get(server, "/v1/metrics").await;
     scrape
         .lines()
-        .filter(|l| l.starts_with("memkv_rdma_cwnd{") && l.contains(&server_addr))
+        .filter(|l| l.starts_with("memkv_rdma_cwnd{") && l.contains(server_addr.as_str()))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .next()
         .unwrap_or_else(|| panic!("no memkv_rdma_cwnd for {server_addr} in:\n{scrape}"))
@@ -323,11 +323,13 @@ struct LinkDown {
 impl LinkDown {
     fn take(wire: &Wire) -> Self {
         let link = wire.netdevs.last().unwrap().clone();
-        let addrs = std::env::var("MEMKV_RXE_ADDRS").unwrap();
-        let src = addrs.split(',').next_back().unwrap().to_owned();
         let table = if wire.netdevs.len() > 1 { "101" } else { "100" };
-        ip(&["link", "set", &link, "down"]);
-        LinkDown { link, src, table }
+        sh("ip", &["link", "set", &link, "down"]);
+        LinkDown {
+            link,
+            src: wire.rail_addr.clone(),
+            table,
+        }
     }
 }
 
@@ -419,7 +421,7 @@ async fn a_dead_wire_fails_in_time_backs_the_window_off_and_the_client_recovers(
     let tcp = tcp_client(&server).await;
     let long = Duration::from_secs(20);
     assert_eq!(round(&rdma, &tcp, "before", long).await.failed, 0);
-    let window_before = cwnd(&server).await;
+    let window_before = cwnd(&server, &wire).await;
     let bound = timeout + Duration::from_secs(5);
     let values = |tag: &str| -> Vec<(String, Vec<u8>)> {
         (0..96u64)
@@ -436,7 +438,7 @@ async fn a_dead_wire_fails_in_time_backs_the_window_off_and_the_client_recovers(
     })
     .await;
     drop(netem);
-    let window_down = cwnd(&server).await;
+    let window_down = cwnd(&server, &wire).await;
     eprintln!(
         "black hole: {acknowledged} of {} acknowledged, the batch ended after {took:?}; \
          congestion window {window_before} before, {window_down} after",
@@ -453,16 +455,14 @@ async fn a_dead_wire_fails_in_time_backs_the_window_off_and_the_client_recovers(
     );
     let back = recovery(&rdma, "the black hole").await;
     assert_eq!(round(&rdma, &tcp, "after-blackhole", long).await.failed, 0);
-    let window_after = cwnd(&server).await;
+    let window_after = cwnd(&server, &wire).await;
     assert!(
         window_after > window_down,
         "the window did not grow back: {window_down} after the black hole, {window_after} later"
     );
     eprintln!(
-        "black hole mid-batch: {acknowledged} of {} acknowledged, the batch ended after \
-         {took:?}; RDMA moved data again {back:?} after the wire came back; congestion window \
-         {window_before} before, {window_down} after the black hole, {window_after} after a round",
-        blackhole.len()
+        "black hole: RDMA moved data again {back:?} after the wire came back; congestion \
+         window {window_after} after a round"
     );
 
     // The link itself goes down mid-batch, then comes back.
