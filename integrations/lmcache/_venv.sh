@@ -10,13 +10,18 @@ reqs="$here/requirements-test.txt"
 
 die() { echo "$(basename "$0"): $*" >&2; exit 2; }
 
-[[ -n "${MEMKV_WHEEL:-}" ]] || die "set MEMKV_WHEEL to the memkv wheel (built from bindings/python)"
-[[ -f "$MEMKV_WHEEL" ]] || die "MEMKV_WHEEL=$MEMKV_WHEEL: no such file"
-[[ -n "${MEMKV_BIN:-}" ]] || die "set MEMKV_BIN to the memkv server binary (e.g. target/release/memkv)"
-[[ -x "$MEMKV_BIN" ]] || die "MEMKV_BIN=$MEMKV_BIN: not an executable file"
-MEMKV_WHEEL="$(realpath "$MEMKV_WHEEL")"
-MEMKV_BIN="$(realpath "$MEMKV_BIN")"
-export MEMKV_BIN
+# --venv-only (run-tests' first argument): build the venv and stop; needs no wheel or server.
+venv_only=0
+[[ "${1:-}" == --venv-only ]] && venv_only=1
+if [[ $venv_only == 0 ]]; then
+    [[ -n "${MEMKV_WHEEL:-}" ]] || die "set MEMKV_WHEEL to the memkv wheel (built from bindings/python)"
+    [[ -f "$MEMKV_WHEEL" ]] || die "MEMKV_WHEEL=$MEMKV_WHEEL: no such file"
+    [[ -n "${MEMKV_BIN:-}" ]] || die "set MEMKV_BIN to the memkv server binary (e.g. target/release/memkv)"
+    [[ -x "$MEMKV_BIN" ]] || die "MEMKV_BIN=$MEMKV_BIN: not an executable file"
+    MEMKV_WHEEL="$(realpath "$MEMKV_WHEEL")"
+    MEMKV_BIN="$(realpath "$MEMKV_BIN")"
+    export MEMKV_BIN
+fi
 command -v "$python" >/dev/null || die "$python not found (set MEMKV_PYTHON to a Python 3.11 interpreter)"
 
 if ! command -v uv >/dev/null; then
@@ -37,6 +42,7 @@ prepare_venv() {
         nice -n 10 uv pip install --quiet --python "$venv/bin/python" -r "$reqs"
         echo "$want" > "$stamp"   # written last: an interrupted build is redone
     fi
+    [[ $venv_only == 1 ]] && return 0
     # The memkv wheel and this package change between runs; --no-deps keeps uv from
     # looking for "memkv" on PyPI.
     uv pip install --quiet --python "$venv/bin/python" --no-deps --reinstall "$MEMKV_WHEEL" "$here"
