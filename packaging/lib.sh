@@ -3,6 +3,9 @@
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
+# The binary packaged: the release build unless MEMKV_BIN names another (scripts/test passes
+# the test build it already has, so the suite does not compile the server twice).
+memkv_bin=${MEMKV_BIN:-$target/release/memkv}
 pkg_cache=${MEMKV_PKG_CACHE:-/var/cache/memkv-pkg}
 mirror=${MEMKV_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
@@ -24,7 +27,7 @@ apt_need() {
 # The .deb this checkout builds: its version is the binary's own (`memkv --version`).
 deb_path() {
     local version
-    version=$("$target/release/memkv" --version | awk '{print $2}') || die "$target/release/memkv --version failed"
+    version=$("$memkv_bin" --version | awk '{print $2}') || die "$memkv_bin --version failed"
     printf '%s/debian/memkv_%s_amd64.deb\n' "$target" "$version"
 }
 
