@@ -43,6 +43,10 @@ impl Placement {
 
     /// The index of the server that owns `key`; `None` when there are no servers.
     pub fn owner(&self, key: &[u8]) -> Option<usize> {
+        // One server owns everything: no key needs hashing (a batch of 1,000 keys saves 1,000).
+        if self.servers.len() == 1 {
+            return Some(0);
+        }
         let mut best: Option<(u64, &str, usize)> = None;
         for (i, (s, seed)) in self.servers.iter().enumerate() {
             let w = weight(key, *seed);

@@ -389,8 +389,16 @@ impl Store {
         keys.iter().map(|k| self.get(k)).collect()
     }
 
+    /// [`Self::exists`] for each key, in order; one lock per index shard for the whole batch.
     pub fn exists_batch(&self, keys: &[&[u8]]) -> Vec<bool> {
-        keys.iter().map(|k| self.exists(k)).collect()
+        let found = match &self.inner.backend {
+            Backend::Memory(m) => m.index.contains_many(keys),
+            Backend::File(f) => f.index.contains_many(keys),
+        };
+        keys.iter()
+            .zip(found)
+            .map(|(k, found)| found && check_key(k).is_ok())
+            .collect()
     }
 
     pub fn delete_batch(&self, keys: &[&[u8]]) -> Vec<Result<bool>> {

@@ -307,13 +307,16 @@ fn batch_keys(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
         Ok(keys) => keys,
         Err(e) => return bad(h, &e),
     };
+    // Exists looks the whole batch up at once (one lock per index shard, not per key).
+    let present = (h.opcode == Opcode::BatchExists).then(|| shared.store.exists_batch(&keys));
     let statuses: Vec<Status> = keys
         .iter()
-        .map(|k| {
+        .enumerate()
+        .map(|(i, k)| {
             let found = if k.is_empty() {
                 Err(StoreError::BadRequest(EMPTY_KEY.into()))
-            } else if h.opcode == Opcode::BatchExists {
-                Ok(shared.store.exists(k))
+            } else if let Some(present) = &present {
+                Ok(present[i])
             } else {
                 shared.store.delete(k)
             };
