@@ -75,6 +75,21 @@ fn put_get_delete_and_two_phase() {
         store.commit(r, checksum(b"0123456789")).unwrap();
         assert_eq!(&*store.get(b"two").unwrap().unwrap(), b"0123456789");
 
+        // A value written whole in one call (a TCP put) is hashed in one pass: still verified.
+        let whole: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut r = store.allocate(b"whole", whole.len() as u64).unwrap();
+        r.write_at(0, &whole).unwrap();
+        let e = store.commit(r, checksum(&whole) ^ 1).unwrap_err();
+        assert!(
+            matches!(e, StoreError::ChecksumMismatch { .. }),
+            "{mode}: {e}"
+        );
+        let mut r = store.allocate(b"whole", whole.len() as u64).unwrap();
+        r.write_at(0, &whole).unwrap();
+        store.commit(r, checksum(&whole)).unwrap();
+        assert_eq!(&*store.get(b"whole").unwrap().unwrap(), &whole[..]);
+        assert!(store.delete(b"whole").unwrap());
+
         // Commit by id after the handle is dropped; abort; unknown ids.
         let mut r = store.allocate(b"byid", 3).unwrap();
         r.write_at(0, b"xyz").unwrap();

@@ -49,6 +49,10 @@ pub(crate) struct FileSpace {
     extents: ExtentSet,
     len: u64,
     hasher: Xxh3Default,
+    /// The checksum of a value written whole in one call (a TCP put), taken with the store's
+    /// run-time-dispatched xxh3 (AVX2 where present) instead of the streaming hasher, which is
+    /// xxhash-rust's SSE2 code: about 8 % of a direct-mode server's CPU on 1 MiB puts.
+    whole: Option<u64>,
     /// Bytes hashed in order so far; `None` once writes arrived out of order.
     hashed: Option<u64>,
 }
@@ -109,6 +113,7 @@ impl FileBackend {
             extents,
             len,
             hasher: Xxh3Default::new(),
+            whole: None,
             hashed: Some(0),
         })
     }
@@ -144,6 +149,10 @@ impl FileBackend {
         }
         self.write_pieces(&space.extents.ids, off, data)?;
         space.hashed = match space.hashed {
+            Some(0) if len == space.len => {
+                space.whole = Some(crate::arena::xxh3(data));
+                Some(len)
+            }
             Some(h) if h == off => {
                 space.hasher.update(data);
                 Some(h + len)
@@ -186,7 +195,7 @@ impl FileBackend {
     ) -> Result<()> {
         if verify {
             let actual = match space.hashed {
-                Some(h) if h == space.len => space.hasher.digest(),
+                Some(h) if h == space.len => space.whole.unwrap_or_else(|| space.hasher.digest()),
                 _ => {
                     let mut buf = vec![0; space.len as usize];
                     self.read_extents(&space.extents.ids, space.len, &mut buf)?
