@@ -23,16 +23,21 @@ pub struct LocalAttachResponse {
     pub arena_addr: u64,
     /// Bytes of the arena a client maps.
     pub arena_len: u64,
+    /// Names this arena (random, per server process): a client's Commit of bytes it wrote
+    /// through its mapping carries it, so a mapping of another arena (a restarted server's
+    /// old one) is refused by name instead of committing bytes the server never saw.
+    pub arena_id: u64,
     /// The server's abstract Unix socket (the name without its leading NUL).
     pub socket_name: Vec<u8>,
 }
 
 impl LocalAttachResponse {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(TOKEN_LEN + 18 + self.socket_name.len());
+        let mut out = Vec::with_capacity(TOKEN_LEN + 26 + self.socket_name.len());
         out.extend_from_slice(&self.token);
         out.extend_from_slice(&self.arena_addr.to_le_bytes());
         out.extend_from_slice(&self.arena_len.to_le_bytes());
+        out.extend_from_slice(&self.arena_id.to_le_bytes());
         out.extend_from_slice(&(self.socket_name.len() as u16).to_le_bytes());
         out.extend_from_slice(&self.socket_name);
         out
@@ -43,6 +48,7 @@ impl LocalAttachResponse {
         let token = c.bytes(TOKEN_LEN)?.try_into().expect("TOKEN_LEN bytes");
         let arena_addr = c.u64()?;
         let arena_len = c.u64()?;
+        let arena_id = c.u64()?;
         let name_len = c.u16()? as usize;
         if name_len == 0 || name_len > MAX_SOCKET_NAME {
             return Err(ProtoError::BadRequest(format!(
@@ -55,6 +61,7 @@ impl LocalAttachResponse {
             token,
             arena_addr,
             arena_len,
+            arena_id,
             socket_name,
         })
     }
@@ -109,6 +116,7 @@ mod tests {
             token: [7; TOKEN_LEN],
             arena_addr: 0x7f00_1234_5000,
             arena_len: 1 << 30,
+            arena_id: 0x1234_5678_9abc_def0,
             socket_name: b"memkv/0123456789abcdef".to_vec(),
         }
     }

@@ -68,6 +68,21 @@ fixed_message!(
 );
 
 fixed_message!(
+    /// Commit request of bytes a same-host client copied into the arena through its mapping
+    /// (the 24-byte form of Commit; a 16-byte Commit is [`CommitRequest`]). The client hashed
+    /// exactly the bytes it wrote, in the copy's own pass, so the server takes `checksum`
+    /// without reading the value again, once `arena_id` shows the mapping was of this arena.
+    SharedCommitRequest, "Commit request (shared memory)" {
+        /// From the Allocate response.
+        reservation: u64,
+        /// xxh3-64 of the bytes written, computed while copying them.
+        checksum: u64,
+        /// The arena the client mapped (LocalAttach's `arena_id`).
+        arena_id: u64,
+    }
+);
+
+fixed_message!(
     /// Abort request: drop a reservation.
     AbortRequest, "Abort request" {
         /// From the Allocate response.
@@ -136,6 +151,7 @@ mod tests {
         assert_eq!(AllocateRequest::LEN, 12);
         assert_eq!(AllocateResponse::LEN, 24);
         assert_eq!(CommitRequest::LEN, 16);
+        assert_eq!(SharedCommitRequest::LEN, 24);
         assert_eq!(LookupResponse::LEN, 40);
         assert_eq!(StatsResponse::LEN, 48);
     }

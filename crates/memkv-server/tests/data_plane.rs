@@ -360,6 +360,76 @@ async fn two_phase_put_and_pinned_lookup_over_tcp_control() {
     server.shutdown().await.unwrap();
 }
 
+#[tokio::test]
+async fn a_shared_memory_commit_is_refused_for_another_arena_and_trusted_for_this_one() {
+    use memkv_proto::local::LocalAttachResponse;
+    use memkv_proto::messages::*;
+    let server = Server::start(config("")).await.unwrap();
+    let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    let (status, body) = c.call(Opcode::LocalAttach, &[], &[]).await;
+    assert_eq!(status, Status::Ok, "{}", String::from_utf8_lossy(&body));
+    let arena_id = LocalAttachResponse::decode(&body).unwrap().arena_id;
+
+    // A mapping of another arena (a restarted server's): refused by name, nothing published,
+    // the reservation given back.
+    let alloc = allocate_three_bytes(&mut c).await;
+    let stale = SharedCommitRequest {
+        reservation: alloc.reservation,
+        checksum: checksum::of(&[0, 0, 0]),
+        arena_id: arena_id ^ 1,
+    };
+    let (status, msg) = c.call(Opcode::Commit, &[], &stale.encode()).await;
+    let msg = String::from_utf8_lossy(&msg);
+    assert_eq!(status, Status::BadRequest, "{msg}");
+    assert!(
+        msg.contains(&format!("{:#018x}", arena_id ^ 1))
+            && msg.contains(&format!("{arena_id:#018x}"))
+            && msg.contains("stale mapping"),
+        "{msg}"
+    );
+    assert_eq!(
+        c.call(Opcode::Exists, b"two", &[]).await.0,
+        Status::NotFound
+    );
+    let retry = SharedCommitRequest { arena_id, ..stale };
+    assert_ne!(
+        c.call(Opcode::Commit, &[], &retry.encode()).await.0,
+        Status::Ok,
+        "a refused reservation is gone"
+    );
+
+    // This arena: the writer's checksum is the value's (it hashed the bytes as it copied them).
+    let alloc = allocate_three_bytes(&mut c).await;
+    let commit = SharedCommitRequest {
+        reservation: alloc.reservation,
+        checksum: checksum::of(&[0, 0, 0]),
+        arena_id,
+    };
+    assert_eq!(
+        c.call(Opcode::Commit, &[], &commit.encode()).await.0,
+        Status::Ok
+    );
+    let (status, body) = c
+        .call(
+            Opcode::Lookup,
+            b"two",
+            &LookupRequest { lease_ms: 100 }.encode(),
+        )
+        .await;
+    assert_eq!(status, Status::Ok);
+    assert_eq!(
+        LookupResponse::decode(&body).unwrap().checksum,
+        checksum::of(&[0, 0, 0])
+    );
+    // Neither form's length: refused, naming the message.
+    let (status, msg) = c.call(Opcode::Commit, &[], &[0u8; 20]).await;
+    assert_eq!(status, Status::BadRequest);
+    assert!(String::from_utf8_lossy(&msg).contains("Commit request"));
+    server.shutdown().await.unwrap();
+}
+
 fn counter(metrics: &str, op: &str) -> f64 {
     metrics
         .lines()

@@ -230,6 +230,15 @@ impl Store {
         self.commit_space(&key, space, checksum, true)
     }
 
+    /// Commits a reservation filled through a shared mapping by a writer that hashed the bytes
+    /// in the same pass that copied them (the same-host transport): `checksum` is taken as the
+    /// value's without reading the value again. The caller has checked the writer mapped this
+    /// store's arena; readers check the checksum end to end as always.
+    pub fn commit_id_copied(&self, id: u64, checksum: u64) -> Result<()> {
+        let (key, space) = self.inner.reservations.finish_parked(id, Instant::now())?;
+        self.commit_space(&key, space, checksum, false)
+    }
+
     /// The value length of a reservation parked for [`Store::commit_id`] (e.g. one a remote
     /// RDMA WRITE fills); `None` when no such reservation is open.
     pub fn parked_len(&self, id: u64) -> Option<u64> {

@@ -19,6 +19,8 @@ pub(crate) struct Attached {
     /// The arena's first byte in the server's address space (Allocate / Lookup addresses
     /// count from it).
     pub base: u64,
+    /// The server's name for this arena, sent with every Commit of bytes copied into it.
+    pub arena_id: u64,
 }
 
 impl Attached {
@@ -148,5 +150,6 @@ fn trade(server: &str, answer: LocalAttachResponse) -> std::result::Result<Attac
     Ok(Attached {
         arena,
         base: answer.arena_addr,
+        arena_id: answer.arena_id,
     })
 }

@@ -1,6 +1,7 @@
-//! Puts and gets of many values with one attached server: N Allocates (pipelined), a copy of
-//! each value into its reservation (hashed as it is copied), N Commits; N Lookups, a copy of
-//! each pinned value out (hashed as it is copied, then checked), N Releases.
+//! Puts and gets of many values with one attached server. A put is, per value and for all
+//! values at once, an Allocate, a copy into the reservation (hashed as it is copied) and a
+//! Commit carrying that hash and the arena's id; a get is N Lookups, a copy of each pinned
+//! value out (hashed as it is copied, then checked), N Releases.
 //!
 //! A failure of the mapping itself (an address outside the arena, bytes that do not match
 //! their checksum: a restarted server is the usual cause) is [`Error::SharedMemory`]; the
@@ -33,69 +34,63 @@ fn mapping_error(server: &str, reason: impl std::fmt::Display) -> Error {
 
 impl Client {
     /// Stores `values[i]` under `keys[i]` on server `index` through its mapped arena.
-    pub(crate) async fn put_values_local(
+    pub(crate) async fn put_values_local<'a>(
         &self,
         at: &Arc<Attached>,
         index: usize,
         op: &'static str,
-        keys: &[&[u8]],
-        values: &[&[u8]],
+        keys: &[&'a [u8]],
+        values: &[&'a [u8]],
     ) -> Vec<Result<()>> {
         let server = self.server_name(index).to_owned();
-        let work = async {
-            let allocs = join_all(
-                keys.iter()
-                    .zip(values)
-                    .map(|(key, value)| self.reserve(index, key, value.len())),
-            )
-            .await;
-            let sums: Vec<Result<u64>> = allocs
-                .iter()
-                .zip(values)
-                .map(|(alloc, value)| {
-                    let alloc = alloc.as_ref().map_err(Clone::clone)?;
-                    let offset = at.offset(alloc.addr, value.len()).ok_or_else(|| {
+        // Each value runs Allocate -> copy -> Commit on its own, all of them concurrently: a
+        // value's Commit leaves as soon as its copy ends, so the server verifies it while the
+        // client copies the next one (and while its bytes are still in cache), instead of
+        // every Commit waiting for the batch's last copy.
+        let one = |key: &'a [u8], value: &'a [u8]| {
+            let server = &server;
+            async move {
+                let alloc = self.reserve(index, key, value.len()).await?;
+                let sum = at
+                    .offset(alloc.addr, value.len())
+                    .ok_or_else(|| {
                         mapping_error(
-                            &server,
+                            server,
                             format!(
                                 "reservation of {} bytes at {:#x} is outside the mapped arena",
                                 value.len(),
                                 alloc.addr
                             ),
                         )
-                    })?;
-                    at.arena
-                        .write(offset, value)
-                        .map_err(|e| mapping_error(&server, e))
-                })
-                .collect();
-            Ok(
-                join_all(allocs.into_iter().zip(sums).map(|(alloc, sum)| async move {
-                    let alloc = alloc?;
-                    match sum {
-                        Ok(sum) => self
-                            .commit(index, alloc.reservation, sum)
-                            .await
-                            .map_err(|e| {
-                                match e {
-                                    // Our bytes did not land where the server looked: a stale mapping.
-                                    Error::Server {
-                                        status: Status::ChecksumMismatch,
-                                        ref server,
-                                        ref message,
-                                    } => mapping_error(server, format!("commit: {message}")),
-                                    e => e,
-                                }
-                            }),
-                        Err(e) => {
-                            self.abort(index, alloc.reservation).await;
-                            Err(e)
-                        }
+                    })
+                    .and_then(|offset| {
+                        at.arena
+                            .write(offset, value)
+                            .map_err(|e| mapping_error(server, e))
+                    });
+                match sum {
+                    Ok(sum) => self
+                        .commit_copied(index, alloc.reservation, sum, at.arena_id)
+                        .await
+                        .map_err(|e| match e {
+                            // Our bytes did not land where the server looks: a mapping of
+                            // another arena (a restarted server's), or a server that predates
+                            // the shared-memory Commit. Either way: attach again.
+                            Error::Server {
+                                status: Status::BadRequest | Status::ChecksumMismatch,
+                                ref server,
+                                ref message,
+                            } => mapping_error(server, format!("commit: {message}")),
+                            e => e,
+                        }),
+                    Err(e) => {
+                        self.abort(index, alloc.reservation).await;
+                        Err(e)
                     }
-                }))
-                .await,
-            )
+                }
+            }
         };
+        let work = async { Ok(join_all(keys.iter().zip(values).map(|(k, v)| one(k, v))).await) };
         self.within(&server, "put", work)
             .await
             .unwrap_or_else(|e: Error| keys.iter().map(|_| Err(e.clone())).collect())

@@ -4,7 +4,7 @@
 
 use memkv_proto::messages::{
     AbortRequest, AllocateRequest, AllocateResponse, CommitRequest, LookupRequest, LookupResponse,
-    ReleaseRequest,
+    ReleaseRequest, SharedCommitRequest,
 };
 use memkv_proto::{Opcode, Status};
 
@@ -111,13 +111,36 @@ impl Client {
             checksum: sum,
         }
         .encode();
+        self.send_commit(index, &commit).await
+    }
+
+    /// Commit of bytes this client copied into server `index`'s arena through its mapping of
+    /// arena `arena_id`, hashing them in the same pass: the server takes `sum` without
+    /// reading the value again (protocol.md, SharedCommitRequest).
+    pub(crate) async fn commit_copied(
+        &self,
+        index: usize,
+        reservation: u64,
+        sum: u64,
+        arena_id: u64,
+    ) -> Result<()> {
+        let commit = SharedCommitRequest {
+            reservation,
+            checksum: sum,
+            arena_id,
+        }
+        .encode();
+        self.send_commit(index, &commit).await
+    }
+
+    async fn send_commit(&self, index: usize, payload: &[u8]) -> Result<()> {
         let r = self
             .exchange(
                 index,
                 "commit",
                 Opcode::Commit,
                 &[],
-                &[&commit],
+                &[payload],
                 None,
                 Vec::new(),
             )

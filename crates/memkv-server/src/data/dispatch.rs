@@ -4,7 +4,7 @@
 use memkv_proto::batch::{self, GET_ITEM_HEADER_LEN};
 use memkv_proto::messages::{
     AbortRequest, AllocateRequest, AllocateResponse, CommitRequest, LookupRequest, LookupResponse,
-    ReleaseRequest, StatsResponse,
+    ReleaseRequest, SharedCommitRequest, StatsResponse,
 };
 use memkv_proto::{Header, Opcode, ProtoError, Status};
 use memkv_store::StoreError;
@@ -128,19 +128,7 @@ pub fn execute(shared: &Shared, h: &Header, key: &[u8], payload: Vec<u8>) -> Out
             Err(e) => fail(h, &e),
         },
         Opcode::Allocate => allocate(shared, h, key, &payload),
-        Opcode::Commit => match CommitRequest::decode(&payload) {
-            Ok(r) => {
-                let len = store.parked_len(r.reservation).unwrap_or(0);
-                match store.commit_id(r.reservation, r.checksum) {
-                    Ok(()) => Outgoing {
-                        rdma_value_bytes: len,
-                        ..ok(h, Body::Empty)
-                    },
-                    Err(e) => fail(h, &e),
-                }
-            }
-            Err(e) => bad(h, &e),
-        },
+        Opcode::Commit => commit(shared, h, &payload),
         Opcode::Abort => match AbortRequest::decode(&payload) {
             Ok(r) => match store.abort(r.reservation) {
                 Ok(()) => ok(h, Body::Empty),
@@ -200,6 +188,48 @@ fn allocate(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing
             drop(reservation);
             ok(h, Body::Owned(body.encode()))
         }
+        Err(e) => fail(h, &e),
+    }
+}
+
+/// Commit, in either form (told apart by length): a [`CommitRequest`] has its reservation
+/// hashed and checked; a [`SharedCommitRequest`] from a same-host client that mapped this
+/// server's arena has its checksum taken (the client hashed the bytes as it copied them).
+fn commit(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
+    let store = &shared.store;
+    let (len, result) = if payload.len() == SharedCommitRequest::LEN {
+        let r = match SharedCommitRequest::decode(payload) {
+            Ok(r) => r,
+            Err(e) => return bad(h, &e),
+        };
+        let ours = shared.local.as_ref().map(|l| l.arena_id);
+        if ours != Some(r.arena_id) {
+            // The bytes went to a mapping of some other arena: this one never saw them.
+            let _ = store.abort(r.reservation);
+            let why = match ours {
+                Some(id) => format!(
+                    "Commit through a mapping of arena {:#018x}, but this server's arena is {id:#018x} (a stale mapping: attach again)",
+                    r.arena_id
+                ),
+                None => "shared-memory Commit, but this server does not share its arena".into(),
+            };
+            return Outgoing::error(h, Status::BadRequest, &why);
+        }
+        let len = store.parked_len(r.reservation).unwrap_or(0);
+        (len, store.commit_id_copied(r.reservation, r.checksum))
+    } else {
+        let r = match CommitRequest::decode(payload) {
+            Ok(r) => r,
+            Err(e) => return bad(h, &e),
+        };
+        let len = store.parked_len(r.reservation).unwrap_or(0);
+        (len, store.commit_id(r.reservation, r.checksum))
+    };
+    match result {
+        Ok(()) => Outgoing {
+            rdma_value_bytes: len,
+            ..ok(h, Body::Empty)
+        },
         Err(e) => fail(h, &e),
     }
 }

@@ -26,6 +26,7 @@ pub(crate) fn answer(shared: &Shared, entry: &ClientEntry, h: &Header) -> Outgoi
                 token,
                 arena_addr: local.arena_addr(),
                 arena_len: local.arena.len() as u64,
+                arena_id: local.arena_id,
                 socket_name: local.socket_name.clone(),
             };
             Outgoing::new(h, Status::Ok, Body::Owned(body.encode()))

@@ -21,6 +21,8 @@ pub(crate) use tokens::Tokens;
 pub struct LocalTransport {
     pub socket_name: Vec<u8>,
     pub arena: ArenaHandle,
+    /// Random, per process: names this arena in LocalAttach and in the clients' Commits.
+    pub arena_id: u64,
     pub tokens: Tokens,
 }
 
@@ -43,9 +45,12 @@ pub fn start(
         socket = %String::from_utf8_lossy(&socket_name),
         "same-host transport: clients on this host map the arena"
     );
+    let mut id = [0u8; 8];
+    getrandom::fill(&mut id).map_err(|e| std::io::Error::other(e.to_string()))?;
     let local = LocalTransport {
         socket_name,
         arena,
+        arena_id: u64::from_le_bytes(id),
         tokens: Tokens::default(),
     };
     Ok(Some((std::sync::Arc::new(local), listener)))
