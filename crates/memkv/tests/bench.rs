@@ -134,3 +134,29 @@ fn an_unreachable_server_is_a_clear_error() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("127.0.0.1:1"));
 }
+
+#[test]
+fn an_offered_rate_paces_the_calls() {
+    // 100 calls offered at 400/s: the last is due 0.2475 s after the start (4 tasks, each
+    // call 10 ms after its task's last, tasks 2.5 ms apart), so the run cannot end sooner.
+    let out = memkv()
+        .args([
+            "bench", "--local", "--op", "mixed", "--rate", "400", "--count", "100", "--sizes",
+            "4K", "--json",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        doc["stop"]
+            .as_str()
+            .unwrap()
+            .contains("at 400 items/s offered"),
+        "{doc}"
+    );
+    let r = &doc["results"][0];
+    assert_eq!(r["ops"], 100);
+    assert!(r["seconds"].as_f64().unwrap() >= 0.247, "{r}");
+}

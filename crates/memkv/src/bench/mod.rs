@@ -7,6 +7,7 @@ mod local;
 mod memcpy;
 mod progress;
 mod report;
+mod resp;
 mod units;
 mod workload;
 
@@ -19,7 +20,7 @@ use memkv_client::{Client, ClientConfig, Transport};
 use crate::cli::GlobalArgs;
 use crate::exit::{self, Exit};
 use report::{Row, Setup};
-use workload::{Failure, Op, Plan, Stop};
+use workload::{Failure, Op, Plan, Stop, Target};
 
 /// Deadline per call unless --timeout-ms or MEMKV_TIMEOUT_MS says otherwise: a batch of large
 /// values under heavy concurrency can take seconds.
@@ -33,6 +34,16 @@ pub struct Sweep(pub Vec<u64>);
 
 fn parse_sweep(text: &str) -> Result<Sweep, String> {
     units::parse_sweep(text).map(Sweep)
+}
+
+/// Items per second: a positive number up to 10 million.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 && r <= 1e7 => Ok(r),
+        _ => Err(format!(
+            "{text:?} is not a rate: give items per second, above 0 and at most 10000000"
+        )),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -103,6 +114,16 @@ pub struct BenchArgs {
     /// Start an in-process server on 127.0.0.1 with a fresh auth key and bench that.
     #[arg(long)]
     pub local: bool,
+    /// Offered load: this many items per second over all tasks, each call due at a fixed
+    /// interval and timed from when it was due (open loop; default: closed loop, each task
+    /// as fast as it can). The ops/s column shows what was achieved.
+    #[arg(long, value_name = "OPS", value_parser = parse_rate)]
+    pub rate: Option<f64>,
+    /// Drive the Redis server at HOST:PORT instead (SET / GET / DEL, one connection per task,
+    /// single-key puts, gets or mixed): the baseline `scripts/bench/compare` measures with the
+    /// same pacing and histograms.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["local", "registered", "payload_mac", "rails"])]
+    pub redis: Option<String>,
     /// Measure memcpy bandwidth at each size instead (no server).
     #[arg(long, conflicts_with_all = ["local", "op", "threads", "batch", "count", "keys", "warmup"])]
     pub memcpy: bool,
@@ -146,6 +167,12 @@ pub fn run(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
              moves values",
         ));
     }
+    if args.redis.is_some() && (args.batch > 1 || args.op == Op::Exists) {
+        return Err(Exit::with(
+            exit::USAGE,
+            "--redis drives single-key SET and GET: use --batch 1 and --op put, get or mixed",
+        ));
+    }
     if args.local && global.servers.is_some() {
         return Err(Exit::with(
             exit::USAGE,
@@ -175,6 +202,9 @@ fn run_memcpy(args: &BenchArgs) -> Result<(), Exit> {
 }
 
 async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
+    if let Some(addr) = args.redis.clone() {
+        return bench_redis(addr, args).await;
+    }
     let transport = match args.transport {
         BenchTransport::Tcp => Transport::Tcp,
         BenchTransport::Rdma => Transport::Rdma,
@@ -232,10 +262,7 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         tasks: args.threads as usize,
         connections,
         batch: args.batch as usize,
-        stop: match stop {
-            Stop::After(d) => format!("{d:?}"),
-            Stop::Count(n) => format!("{n} ops"),
-        },
+        stop: stop_label(stop, args.rate),
         warmup: args.warmup,
         payload_mac: config_payload_mac,
     };
@@ -243,8 +270,10 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         println!("{}", report::heading(&setup));
         println!("{}", report::table_header());
     }
-    let result = sweep(&client, &args, stop, &setup).await;
+    let target = Target::Memkv(client.clone());
+    let result = sweep(&target, &args, stop, &setup).await;
     let used = client.transport();
+    drop(target);
     drop(client);
     if let Some(local) = local {
         let _ = local.server.shutdown().await;
@@ -259,8 +288,46 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
     Ok(())
 }
 
+/// `--redis`: the same sweep against a Redis server.
+async fn bench_redis(addr: String, args: BenchArgs) -> Result<(), Exit> {
+    let stop = args.stop();
+    let servers = [addr.clone()];
+    let setup = Setup {
+        op: args.op,
+        transport: "redis (RESP)",
+        servers: &servers,
+        local: false,
+        tasks: args.threads as usize,
+        connections: args.threads as usize,
+        batch: 1,
+        stop: stop_label(stop, args.rate),
+        warmup: args.warmup,
+        payload_mac: false,
+    };
+    if !args.json {
+        println!("{}", report::heading(&setup));
+        println!("{}", report::table_header());
+    }
+    let rows = sweep(&Target::Redis(addr), &args, stop, &setup).await?;
+    if args.json {
+        println!("{}", report::json(&setup, &rows));
+    }
+    Ok(())
+}
+
+fn stop_label(stop: Stop, rate: Option<f64>) -> String {
+    let stop = match stop {
+        Stop::After(d) => format!("{d:?}"),
+        Stop::Count(n) => format!("{n} ops"),
+    };
+    match rate {
+        Some(r) => format!("{stop} at {r:.0} items/s offered"),
+        None => stop,
+    }
+}
+
 async fn sweep(
-    client: &Client,
+    client: &Target,
     args: &BenchArgs,
     stop: Stop,
     setup: &Setup<'_>,
@@ -276,6 +343,7 @@ async fn sweep(
             keys: Arc::new(workload::key_space(size, args.keys_for(size))),
             value: Arc::new(workload::value_of(size)),
             registered: args.registered,
+            rate: args.rate,
         };
         let label = format!("{} {}", args.op.as_str(), units::format_size(size));
         if plan.op.reads() {

@@ -117,3 +117,16 @@ fn registered_buffers_need_single_key_rdma_calls() {
         assert!(err.message.unwrap().contains("--registered"));
     }
 }
+
+#[test]
+fn rate_and_redis_parse_and_bad_ones_are_named() {
+    let a = parse(&["--rate", "2500", "--redis", "127.0.0.1:6379", "--op", "get"]).unwrap();
+    assert_eq!(a.rate, Some(2500.0));
+    assert_eq!(a.redis.as_deref(), Some("127.0.0.1:6379"));
+    for bad in ["0", "-5", "nan", "inf", "1e9", "fast"] {
+        let err = parse(&[&format!("--rate={bad}")]).unwrap_err().to_string();
+        assert!(err.contains("above 0 and at most 10000000"), "{bad}: {err}");
+    }
+    assert!(parse(&["--redis", "h:1", "--local"]).is_err());
+    assert!(parse(&["--redis", "h:1", "--registered"]).is_err());
+}

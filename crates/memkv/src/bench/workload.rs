@@ -1,5 +1,9 @@
-//! One block size's run: concurrent tasks issuing operations through the real client until the
-//! duration or the operation count is reached, each timing its calls into its own histogram.
+//! One block size's run: concurrent tasks issuing operations through the real client (or, for
+//! `--redis`, to a Redis server) until the duration or the operation count is reached, each
+//! timing its calls into its own histogram. Closed loop by default (each task sends its next
+//! call when the last one ends); with a rate, open loop: calls are due at fixed intervals and
+//! each is timed from when it was due, so time spent queued behind a slow call counts (no
+//! coordinated omission).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,7 +13,16 @@ use memkv_client::{Client, RdmaBuffer};
 use tokio::time::Instant;
 
 use super::histogram::Histogram;
+use super::resp::RespConn;
 use super::units::format_size;
+
+/// What the bench drives.
+#[derive(Clone)]
+pub enum Target {
+    Memkv(Client),
+    /// A Redis server's `host:port` (SET / GET / DEL; single-key calls only).
+    Redis(String),
+}
 
 /// What each call does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -62,6 +75,8 @@ pub struct Plan {
     pub value: Arc<Vec<u8>>,
     /// Single-key puts and gets from/into an RDMA-registered buffer per task (zero-copy).
     pub registered: bool,
+    /// Items per second over all tasks (open loop); `None`: each task as fast as it can.
+    pub rate: Option<f64>,
 }
 
 /// What a run measured. Latency is per call (one batch when `batch` > 1), one sample each.
@@ -85,6 +100,12 @@ impl From<memkv_client::Error> for Failure {
     }
 }
 
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Wrong(e.to_string())
+    }
+}
+
 /// The keys of one block size: distinct per size, so a sweep never reads another size's value.
 pub fn key_space(size: u64, count: u64) -> Vec<Vec<u8>> {
     (0..count)
@@ -105,7 +126,17 @@ pub fn value_of(size: u64) -> Vec<u8> {
 }
 
 /// Stores every key once (untimed), in batches of at most 32 MiB / 1000 items.
-pub async fn populate(client: &Client, plan: &Plan) -> Result<(), Failure> {
+pub async fn populate(target: &Target, plan: &Plan) -> Result<(), Failure> {
+    let client = match target {
+        Target::Memkv(client) => client,
+        Target::Redis(addr) => {
+            let mut conn = RespConn::connect(addr).await?;
+            for key in plan.keys.iter() {
+                conn.set(key, &plan.value).await?;
+            }
+            return Ok(());
+        }
+    };
     let per_batch = ((32 << 20) / plan.size.max(1)).clamp(1, 1000) as usize;
     for chunk in plan.keys.chunks(per_batch) {
         let items: Vec<(&[u8], &[u8])> = chunk
@@ -120,8 +151,19 @@ pub async fn populate(client: &Client, plan: &Plan) -> Result<(), Failure> {
 }
 
 /// Deletes the key space (untimed), so the next block size starts with the server's memory
-/// free instead of evicting this size's values while it stores its own.
-pub async fn clear(client: &Client, plan: &Plan) -> Result<(), Failure> {
+/// free instead of evicting this size's values while it stores its own. On Redis only the
+/// bench's own keys are deleted.
+pub async fn clear(target: &Target, plan: &Plan) -> Result<(), Failure> {
+    let client = match target {
+        Target::Memkv(client) => client,
+        Target::Redis(addr) => {
+            let mut conn = RespConn::connect(addr).await?;
+            for key in plan.keys.iter() {
+                conn.del(key).await?;
+            }
+            return Ok(());
+        }
+    };
     for chunk in plan.keys.chunks(1000) {
         for result in client.delete_batch(chunk).await {
             result?;
@@ -131,7 +173,7 @@ pub async fn clear(client: &Client, plan: &Plan) -> Result<(), Failure> {
 }
 
 /// Runs `plan`, adding each finished item to `done` (for the progress display).
-pub async fn run(client: &Client, plan: &Plan, done: Arc<AtomicU64>) -> Result<Outcome, Failure> {
+pub async fn run(target: &Target, plan: &Plan, done: Arc<AtomicU64>) -> Result<Outcome, Failure> {
     let claimed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let deadline = match plan.stop {
@@ -140,9 +182,19 @@ pub async fn run(client: &Client, plan: &Plan, done: Arc<AtomicU64>) -> Result<O
     };
     let mut tasks = Vec::with_capacity(plan.tasks);
     for index in 0..plan.tasks {
+        // Open loop: task `index` is due every `tasks` intervals, offset by `index` intervals,
+        // so the calls of all tasks together arrive evenly at the rate.
+        let pacing = plan.rate.map(|rate| {
+            let interval = Duration::from_secs_f64(plan.batch as f64 / rate);
+            (
+                started + interval * index as u32,
+                interval * plan.tasks as u32,
+            )
+        });
         let worker = Worker {
-            client: client.clone(),
+            target: target.clone(),
             plan: plan.clone(),
+            pacing,
             rng: Rng(0x2545_f491_4f6c_dd1d ^ ((index as u64 + 1) << 32) ^ plan.size),
             claimed: Arc::clone(&claimed),
             done: Arc::clone(&done),
@@ -175,8 +227,10 @@ pub async fn run(client: &Client, plan: &Plan, done: Arc<AtomicU64>) -> Result<O
 }
 
 struct Worker {
-    client: Client,
+    target: Target,
     plan: Plan,
+    /// (when the first call is due, the interval between this task's calls)
+    pacing: Option<(Instant, Duration)>,
     rng: Rng,
     claimed: Arc<AtomicU64>,
     done: Arc<AtomicU64>,
@@ -192,6 +246,11 @@ impl Worker {
             true => Some(self.registered_buffer()?),
             false => None,
         };
+        let mut redis = match &self.target {
+            Target::Redis(addr) => Some(RespConn::connect(addr).await?),
+            Target::Memkv(_) => None,
+        };
+        let mut due = self.pacing.map(|(first, _)| first);
         let batch = self.plan.batch as u64;
         loop {
             let n = match (self.plan.stop, self.deadline) {
@@ -212,8 +271,31 @@ impl Worker {
                 Op::Mixed => self.rng.next() & 1 == 0,
                 Op::Get | Op::Exists => false,
             };
-            let began = Instant::now();
-            if let Some(rb) = registered.as_mut() {
+            if let (Some(due), Some(deadline)) = (due, self.deadline)
+                && due >= deadline
+            {
+                break;
+            }
+            let began = match (due.as_mut(), self.pacing) {
+                (Some(due), Some((_, interval))) => {
+                    let this = *due;
+                    *due += interval;
+                    if Instant::now() < this {
+                        // On time: the call starts when the wait ends (a few tens of
+                        // microseconds late at worst; that slack is the bench's, not the
+                        // server's, so it is not counted).
+                        wait_until(this).await;
+                        Instant::now()
+                    } else {
+                        // Behind (the last call ran long): timed from when it was due.
+                        this
+                    }
+                }
+                _ => Instant::now(),
+            };
+            if let Some(conn) = redis.as_mut() {
+                self.redis(conn, &keys[start], put, &mut buf).await?;
+            } else if let Some(rb) = registered.as_mut() {
                 self.registered(&keys[start], put, rb).await?;
             } else if n == 1 {
                 self.single(&keys[start], put, &mut buf).await?;
@@ -234,14 +316,36 @@ impl Worker {
         })
     }
 
+    fn client(&self) -> &Client {
+        match &self.target {
+            Target::Memkv(client) => client,
+            Target::Redis(_) => unreachable!("Redis workers use their connection"),
+        }
+    }
+
+    async fn redis(
+        &self,
+        conn: &mut RespConn,
+        key: &[u8],
+        put: bool,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), Failure> {
+        if put {
+            return Ok(conn.set(key, &self.plan.value).await?);
+        }
+        let found =
+            conn.get(key, buf, self.plan.size as usize).await? && self.check_len(key, buf.len())?;
+        self.found(key, found)
+    }
+
     fn registered_buffer(&self) -> Result<RdmaBuffer, Failure> {
-        let mut rb = self.client.register_buffer(self.plan.size as usize)?;
+        let mut rb = self.client().register_buffer(self.plan.size as usize)?;
         rb.as_mut_slice().copy_from_slice(&self.plan.value);
         Ok(rb)
     }
 
     async fn registered(&self, key: &[u8], put: bool, rb: &mut RdmaBuffer) -> Result<(), Failure> {
-        let client = &self.client;
+        let client = self.client();
         if put {
             return Ok(client.put_from(key, rb, rb.len()).await?);
         }
@@ -253,7 +357,7 @@ impl Worker {
     }
 
     async fn single(&self, key: &[u8], put: bool, buf: &mut Vec<u8>) -> Result<(), Failure> {
-        let client = &self.client;
+        let client = self.client();
         if put {
             return Ok(client.put(key, &self.plan.value).await?);
         }
@@ -265,7 +369,7 @@ impl Worker {
     }
 
     async fn batch(&self, keys: &[&[u8]], put: bool) -> Result<(), Failure> {
-        let client = &self.client;
+        let client = self.client();
         if put {
             let value = self.plan.value.as_slice();
             let items: Vec<(&[u8], &[u8])> = keys.iter().map(|&k| (k, value)).collect();
@@ -310,6 +414,22 @@ impl Worker {
              space, --keys x size, is larger than the server's memory?)",
             String::from_utf8_lossy(key)
         )))
+    }
+}
+
+/// Waits until `due`, precisely: tokio's timer ticks in whole milliseconds, which at
+/// thousands of calls per second would release them in bursts at each tick and measure the
+/// bursts' queueing. The last stretch (under 2 ms) is a thread sleep on the blocking pool
+/// (the kernel's high-resolution timer, about 50 us of slack).
+async fn wait_until(due: Instant) {
+    const TOKIO_TICK: Duration = Duration::from_millis(2);
+    let now = Instant::now();
+    if due > now + TOKIO_TICK {
+        tokio::time::sleep_until(due - TOKIO_TICK).await;
+    }
+    let left = due.saturating_duration_since(Instant::now());
+    if !left.is_zero() {
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
     }
 }
 
