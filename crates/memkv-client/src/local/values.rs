@@ -3,8 +3,9 @@
 //! Commit carrying that hash and the arena's id; a get is N Lookups, a copy of each pinned
 //! value out (hashed as it is copied, then checked), N Releases.
 //!
-//! A failure of the mapping itself (an address outside the arena, bytes that do not match
-//! their checksum: a restarted server is the usual cause) is [`Error::SharedMemory`]; the
+//! A failure of the mapping itself (an address outside the arena, a Commit refused because
+//! the mapping is of another arena, a value read out that does not match its checksum: a
+//! restarted server is the usual cause) is [`Error::SharedMemory`]; the
 //! caller detaches and, under `auto`, serves those items another way.
 
 use std::sync::Arc;
@@ -44,9 +45,8 @@ impl Client {
     ) -> Vec<Result<()>> {
         let server = self.server_name(index).to_owned();
         // Each value runs Allocate -> copy -> Commit on its own, all of them concurrently: a
-        // value's Commit leaves as soon as its copy ends, so the server verifies it while the
-        // client copies the next one (and while its bytes are still in cache), instead of
-        // every Commit waiting for the batch's last copy.
+        // value's Commit leaves as soon as its copy ends, so the server publishes it while the
+        // client copies the next one, instead of every Commit waiting for the batch's last copy.
         let one = |key: &'a [u8], value: &'a [u8]| {
             let server = &server;
             async move {
@@ -77,7 +77,7 @@ impl Client {
                             // another arena (a restarted server's), or a server that predates
                             // the shared-memory Commit. Either way: attach again.
                             Error::Server {
-                                status: Status::BadRequest | Status::ChecksumMismatch,
+                                status: Status::BadRequest,
                                 ref server,
                                 ref message,
                             } => mapping_error(server, format!("commit: {message}")),

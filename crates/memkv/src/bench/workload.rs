@@ -175,13 +175,21 @@ pub async fn clear(target: &Target, plan: &Plan) -> Result<(), Failure> {
 /// Runs `plan`, adding each finished item to `done` (for the progress display).
 pub async fn run(target: &Target, plan: &Plan, done: Arc<AtomicU64>) -> Result<Outcome, Failure> {
     let claimed = Arc::new(AtomicU64::new(0));
+    // Redis connections open before the clock starts, as memkv's client connected before.
+    let mut redis = Vec::with_capacity(plan.tasks);
+    for _ in 0..plan.tasks {
+        redis.push(match target {
+            Target::Redis(addr) => Some(RespConn::connect(addr).await?),
+            Target::Memkv(_) => None,
+        });
+    }
     let started = Instant::now();
     let deadline = match plan.stop {
         Stop::After(d) => Some(started + d),
         Stop::Count(_) => None,
     };
     let mut tasks = Vec::with_capacity(plan.tasks);
-    for index in 0..plan.tasks {
+    for (index, redis) in redis.into_iter().enumerate() {
         // Open loop: task `index` is due every `tasks` intervals, offset by `index` intervals,
         // so the calls of all tasks together arrive evenly at the rate.
         let pacing = plan.rate.map(|rate| {
@@ -193,6 +201,7 @@ pub async fn run(target: &Target, plan: &Plan, done: Arc<AtomicU64>) -> Result<O
         });
         let worker = Worker {
             target: target.clone(),
+            redis,
             plan: plan.clone(),
             pacing,
             rng: Rng(0x2545_f491_4f6c_dd1d ^ ((index as u64 + 1) << 32) ^ plan.size),
@@ -228,6 +237,8 @@ pub async fn run(target: &Target, plan: &Plan, done: Arc<AtomicU64>) -> Result<O
 
 struct Worker {
     target: Target,
+    /// This task's connection when the target is Redis.
+    redis: Option<RespConn>,
     plan: Plan,
     /// (when the first call is due, the interval between this task's calls)
     pacing: Option<(Instant, Duration)>,
@@ -246,10 +257,7 @@ impl Worker {
             true => Some(self.registered_buffer()?),
             false => None,
         };
-        let mut redis = match &self.target {
-            Target::Redis(addr) => Some(RespConn::connect(addr).await?),
-            Target::Memkv(_) => None,
-        };
+        let mut redis = self.redis.take();
         let mut due = self.pacing.map(|(first, _)| first);
         let batch = self.plan.batch as u64;
         loop {
