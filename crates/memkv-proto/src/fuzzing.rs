@@ -3,7 +3,9 @@
 //! panic, whatever the bytes.
 
 use crate::batch;
-use crate::messages::{AllocateResponse, LookupResponse, StatsResponse};
+use crate::messages::{
+    AllocateResponse, CommitRequest, LookupResponse, SharedCommitRequest, StatsResponse,
+};
 use crate::{
     AuthKey, ClientHandshake, Frame, HEADER_LEN, Header, Limits, ProtoError, ServerHandshake,
     Session, Step,
@@ -46,6 +48,8 @@ fn decode_payloads(payload: &[u8], limits: &Limits) {
     let _ = batch::decode_statuses(payload, limits);
     let _ = LookupResponse::decode(payload);
     let _ = AllocateResponse::decode(payload);
+    let _ = CommitRequest::decode(payload);
+    let _ = SharedCommitRequest::decode(payload);
     let _ = StatsResponse::decode(payload);
     let _ = crate::connect::RdmaEndpoint::decode(payload);
     let _ = crate::local::LocalAttachResponse::decode(payload);
