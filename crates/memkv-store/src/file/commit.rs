@@ -111,7 +111,7 @@ impl FileBackend {
                         key: key.clone(),
                         len: block.len,
                         checksum: block.checksum,
-                        extents: block.extents.ids.clone(),
+                        extents: block.extents.ids.to_vec(),
                     }));
                     overlay.insert(key.clone(), Some(Arc::clone(block)));
                     journaled.push(true);
@@ -189,7 +189,7 @@ impl FileBackend {
                     key: key.into(),
                     len: b.len,
                     checksum: b.checksum,
-                    extents: b.extents.ids.clone(),
+                    extents: b.extents.ids.to_vec(),
                 }))
             });
             tracing::debug!(entries = live.len(), "compacting journal");

@@ -117,7 +117,7 @@ impl ExtentAllocator {
             d = (d + 1) % drives;
         }
         Some(ExtentSet {
-            ids,
+            ids: ids.into(),
             alloc: Arc::clone(self),
         })
     }
@@ -125,7 +125,7 @@ impl ExtentAllocator {
     /// Takes ownership of extents that replay found in use.
     pub fn adopt(self: &Arc<Self>, ids: Vec<ExtentId>) -> ExtentSet {
         ExtentSet {
-            ids,
+            ids: ids.into(),
             alloc: Arc::clone(self),
         }
     }
@@ -187,8 +187,36 @@ impl ExtentAllocator {
 
 /// Extents owned by one value or reservation; freed on drop.
 pub(crate) struct ExtentSet {
-    pub ids: Vec<ExtentId>,
+    pub ids: ExtentIds,
     alloc: Arc<ExtentAllocator>,
+}
+
+/// A block's extent ids. Most values fit one extent (4 MiB by default), so one id is held
+/// inline: an index of a million blocks then saves a million small heap allocations (about
+/// 40 bytes per block with the vector's own header; docs/benchmarks.md, index memory).
+pub(crate) enum ExtentIds {
+    One(ExtentId),
+    Many(Box<[ExtentId]>),
+}
+
+impl From<Vec<ExtentId>> for ExtentIds {
+    fn from(ids: Vec<ExtentId>) -> Self {
+        match ids.as_slice() {
+            &[one] => ExtentIds::One(one),
+            _ => ExtentIds::Many(ids.into_boxed_slice()),
+        }
+    }
+}
+
+impl std::ops::Deref for ExtentIds {
+    type Target = [ExtentId];
+
+    fn deref(&self) -> &[ExtentId] {
+        match self {
+            ExtentIds::One(id) => std::slice::from_ref(id),
+            ExtentIds::Many(ids) => ids,
+        }
+    }
 }
 
 impl Drop for ExtentSet {
@@ -200,6 +228,15 @@ impl Drop for ExtentSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_extent_is_held_inline_and_any_count_reads_back() {
+        assert!(matches!(ExtentIds::from(vec![7]), ExtentIds::One(7)));
+        assert!(std::mem::size_of::<ExtentIds>() <= std::mem::size_of::<Vec<ExtentId>>());
+        for ids in [vec![], vec![9], vec![1, 2, 3]] {
+            assert_eq!(&*ExtentIds::from(ids.clone()), ids.as_slice());
+        }
+    }
 
     #[test]
     fn stripes_round_robin_and_frees() {
@@ -241,7 +278,7 @@ mod tests {
             1,
             "only the one left over"
         );
-        for id in &taken.ids {
+        for id in taken.ids.iter() {
             let (d, i) = split_extent(*id);
             assert!(!rest[d].contains(&i), "a taken extent is never discarded");
         }

@@ -134,7 +134,7 @@ pub(super) fn open(
             key: key.into(),
             len: b.len,
             checksum: b.checksum,
-            extents: b.extents.ids.clone(),
+            extents: b.extents.ids.to_vec(),
         }))
     });
     journal.compact(snapshot.into_iter())?;
