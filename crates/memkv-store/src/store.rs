@@ -262,18 +262,110 @@ impl Store {
 
     /// Stores `value` under `key` in one step.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        if let Backend::File(f) = &self.inner.backend {
+            return self
+                .put_drive_backed(f, &[(key, value, None)])
+                .pop()
+                .expect("one result per item");
+        }
         self.check_writable(key, value.len() as u64)?;
         match self.reserve_space(value.len() as u64)? {
             Space::Memory(mut b) => {
                 let sum = b.fill_hashed(value);
                 self.commit_space(key, Space::Memory(b), sum, false)
             }
-            Space::File(mut s) => {
-                let f = self.inner.file_backend()?;
-                f.write_unhashed(&mut s, value)?;
-                f.commit(key, *s, crate::arena::xxh3(value), false)
+            Space::File(_) => Err(StoreError::BadRequest(
+                "a memory store reserved drive space".into(),
+            )),
+        }
+    }
+
+    /// Stores `value` under `key` once it hashes (xxh3-64) to `checksum`, the checksum its
+    /// sender computed; on a mismatch nothing is stored.
+    pub fn put_checked(&self, key: &[u8], value: &[u8], checksum: u64) -> Result<()> {
+        if let Backend::File(f) = &self.inner.backend {
+            return self
+                .put_drive_backed(f, &[(key, value, Some(checksum))])
+                .pop()
+                .expect("one result per item");
+        }
+        let mut reservation = self.allocate(key, value.len() as u64)?;
+        let id = reservation.id();
+        let written = match reservation.as_mut_slice() {
+            Some(slice) => {
+                slice.copy_from_slice(value);
+                Ok(())
+            }
+            None => reservation.write_at(0, value),
+        };
+        match written {
+            Ok(()) => self.commit(reservation, checksum),
+            Err(e) => {
+                drop(reservation);
+                let _ = self.abort(id);
+                Err(e)
             }
         }
+    }
+
+    /// [`Self::put_checked`] for each `(key, value, checksum)`, in order; in drive-backed modes
+    /// the whole batch shares one group commit.
+    pub fn put_batch_checked(&self, items: &[(&[u8], &[u8], u64)]) -> Vec<Result<()>> {
+        match &self.inner.backend {
+            Backend::File(f) => {
+                let items: Vec<_> = items.iter().map(|&(k, v, c)| (k, v, Some(c))).collect();
+                self.put_drive_backed(f, &items)
+            }
+            Backend::Memory(_) => items
+                .iter()
+                .map(|&(k, v, c)| self.put_checked(k, v, c))
+                .collect(),
+        }
+    }
+
+    /// Drive-backed puts of whole values (`Some(checksum)`: refused unless the value hashes to
+    /// it): room for every value first (evicting as needed), then one pass that queues each
+    /// commit and writes its bytes, all under a shared group commit.
+    fn put_drive_backed(
+        &self,
+        f: &FileBackend,
+        items: &[(&[u8], &[u8], Option<u64>)],
+    ) -> Vec<Result<()>> {
+        let mut results: Vec<Option<Result<()>>> = Vec::with_capacity(items.len());
+        let mut ready = Vec::new();
+        for (i, &(key, value, expected)) in items.iter().enumerate() {
+            let reserved = self.check_writable(key, value.len() as u64).and_then(|()| {
+                let actual = crate::arena::xxh3(value);
+                match expected {
+                    Some(e) if e != actual => Err(StoreError::ChecksumMismatch {
+                        expected: e,
+                        actual,
+                    }),
+                    _ => Ok(actual),
+                }
+                .and_then(|sum| Ok((sum, self.reserve_space(value.len() as u64)?)))
+            });
+            match reserved {
+                Ok((sum, Space::File(space))) => {
+                    ready.push((i, (key, *space, value, sum)));
+                    results.push(None);
+                }
+                Ok((_, Space::Memory(_))) => {
+                    results.push(Some(Err(StoreError::BadRequest(
+                        "a drive-backed store reserved memory".into(),
+                    ))));
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        let (at, ready): (Vec<usize>, Vec<_>) = ready.into_iter().unzip();
+        for (i, r) in at.into_iter().zip(f.put_many(ready)) {
+            results[i] = Some(r);
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every item has a result"))
+            .collect()
     }
 
     /// The value under `key`: zero-copy in memory mode, a verified copy in file mode.
@@ -391,7 +483,13 @@ impl Store {
     }
 
     pub fn put_batch(&self, items: &[(&[u8], &[u8])]) -> Vec<Result<()>> {
-        items.iter().map(|(k, v)| self.put(k, v)).collect()
+        match &self.inner.backend {
+            Backend::File(f) => {
+                let items: Vec<_> = items.iter().map(|&(k, v)| (k, v, None)).collect();
+                self.put_drive_backed(f, &items)
+            }
+            Backend::Memory(_) => items.iter().map(|(k, v)| self.put(k, v)).collect(),
+        }
     }
 
     pub fn get_batch(&self, keys: &[&[u8]]) -> Vec<Result<Option<ValueRef>>> {

@@ -214,3 +214,43 @@ fn failing_writes_fail_their_puts_until_the_drive_goes_offline() {
     }
     assert!(drives[1].failed_requests() >= DRIVE_ERROR_LIMIT);
 }
+
+/// A put's commit record is journaled while its bytes are still being written; when the bytes
+/// then fail to land, the same batch must restore the key's previous state, in the index and
+/// in what a restart replays.
+#[test]
+fn a_put_whose_bytes_fail_leaves_the_key_as_it_was_across_a_restart() {
+    let (store, drives) = open_simulated(vec![vec![0; SIM_DRIVE_BYTES]; 2]);
+    store.put(b"kept", &sim_value(100)).unwrap();
+    drives[1].fail_range(2 << 20..SIM_DRIVE_BYTES as u64, Failing::Writes);
+    let mut expected = sim_value(100);
+    let mut failed = Vec::new();
+    for i in 0..6 {
+        let value = sim_value(200 + i);
+        match store.put(b"kept", &value) {
+            Ok(()) => expected = value,
+            Err(_) => failed.push(i),
+        }
+        let fresh = format!("fresh{i}");
+        if store.put(fresh.as_bytes(), &sim_value(300 + i)).is_err() {
+            failed.push(100 + i);
+        }
+    }
+    assert!(
+        !failed.is_empty(),
+        "some writes landed on the failing drive"
+    );
+    let check = |store: &Store| {
+        assert!(*store.get(b"kept").unwrap().unwrap() == expected[..]);
+        for i in 0..6 {
+            let got = store.get(format!("fresh{i}").as_bytes()).unwrap();
+            assert_eq!(got.is_some(), !failed.contains(&(100 + i)), "fresh{i}");
+        }
+    };
+    check(&store);
+    store.close().unwrap();
+    let images = drives.iter().map(|d| d.current_image()).collect();
+    drop(store);
+    let (store, _) = open_simulated(images);
+    check(&store);
+}

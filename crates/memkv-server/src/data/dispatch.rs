@@ -63,23 +63,7 @@ pub fn put_verified(
     value: &[u8],
     checksum: u64,
 ) -> Result<(), StoreError> {
-    let mut reservation = shared.store.allocate(key, value.len() as u64)?;
-    let id = reservation.id();
-    let written = match reservation.as_mut_slice() {
-        Some(slice) => {
-            slice.copy_from_slice(value);
-            Ok(())
-        }
-        None => reservation.write_at(0, value),
-    };
-    match written {
-        Ok(()) => shared.store.commit(reservation, checksum),
-        Err(e) => {
-            drop(reservation);
-            let _ = shared.store.abort(id);
-            Err(e)
-        }
-    }
+    shared.store.put_checked(key, value, checksum)
 }
 
 /// Runs a request whose frame has been verified (including its payload checksum, except for
@@ -285,11 +269,14 @@ fn batch_put(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
         Ok(items) => items,
         Err(e) => return bad(h, &e),
     };
-    let statuses: Vec<Status> = items
+    let items: Vec<_> = items.iter().map(|i| (i.key, i.value, i.checksum)).collect();
+    let statuses: Vec<Status> = shared
+        .store
+        .put_batch_checked(&items)
         .iter()
-        .map(|i| match put_verified(shared, i.key, i.value, i.checksum) {
+        .map(|r| match r {
             Ok(()) => Status::Ok,
-            Err(e) => store_status(&e),
+            Err(e) => store_status(e),
         })
         .collect();
     ok(h, Body::Owned(batch::encode_statuses(&statuses)))

@@ -11,7 +11,8 @@
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
@@ -105,6 +106,7 @@ struct Shared {
 pub struct DirectRing {
     shared: Arc<Shared>,
     submit: Mutex<Option<Sender<Request>>>,
+    wake: Arc<File>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -113,7 +115,8 @@ impl DirectRing {
     /// (a multiple of [`DIRECT_ALIGN`]): at most `count` requests in flight.
     pub fn new(file: &File, count: usize, size: usize) -> io::Result<DirectRing> {
         let buffers = Buffers::new(count, size)?;
-        let entries = u32::try_from(count.next_power_of_two()).map_err(io::Error::other)?;
+        // One entry per buffer and one for the wake-up poll.
+        let entries = u32::try_from((count + 1).next_power_of_two()).map_err(io::Error::other)?;
         let ring = IoUring::new(entries)?;
         ring.submitter().register_files(&[file.as_raw_fd()])?;
         let iovecs = buffers.iovecs();
@@ -126,13 +129,16 @@ impl DirectRing {
             freed: Condvar::new(),
         });
         let (tx, rx) = channel();
+        let wake = Arc::new(eventfd()?);
         let thread_shared = Arc::clone(&shared);
+        let thread_wake = Arc::clone(&wake);
         let thread = std::thread::Builder::new()
             .name("memkv-uring".into())
-            .spawn(move || run(ring, rx, thread_shared))?;
+            .spawn(move || run(ring, rx, thread_shared, thread_wake))?;
         Ok(DirectRing {
             shared,
             submit: Mutex::new(Some(tx)),
+            wake,
             thread: Some(thread),
         })
     }
@@ -212,14 +218,23 @@ impl DirectRing {
         };
         let sender = self.submit.lock().unwrap_or_else(|p| p.into_inner());
         let sent = sender.as_ref().map(|s| s.send(request));
+        drop(sender);
         match sent {
-            Some(Ok(())) => Ok(InFlight {
-                lease: Some(lease),
-                result,
-                len,
-            }),
+            Some(Ok(())) => {
+                self.wake_thread();
+                Ok(InFlight {
+                    lease: Some(lease),
+                    result,
+                    len,
+                })
+            }
             _ => Err(io::Error::other("the drive's I/O thread has stopped")),
         }
+    }
+
+    fn wake_thread(&self) {
+        // Fails only when the counter would overflow, and then a wake-up is pending anyway.
+        let _ = (&*self.wake).write(&1u64.to_ne_bytes());
     }
 }
 
@@ -227,6 +242,7 @@ impl Drop for DirectRing {
     fn drop(&mut self) {
         // Closing the channel ends the thread once its requests have completed.
         self.submit.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.wake_thread();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -319,23 +335,20 @@ impl Drop for InFlight {
     }
 }
 
+/// `user_data` of the wake-up poll on the eventfd; request completions carry buffer indexes.
+const WAKE: u64 = u64::MAX;
+
 /// The submission thread: pushes requests as they come, up to one per buffer, and answers each
-/// completion. Ends when every `DirectRing` handle is gone and nothing is in flight.
-fn run(mut ring: IoUring, requests: Receiver<Request>, shared: Arc<Shared>) {
+/// completion. It sleeps in the kernel until a completion arrives or a caller writes the wake-up
+/// eventfd (a poll on it sits in the ring), so a request is submitted at once even while others
+/// are in flight. Ends when every `DirectRing` handle is gone and nothing is in flight.
+fn run(mut ring: IoUring, requests: Receiver<Request>, shared: Arc<Shared>, wake: Arc<File>) {
     let mut waiting: Vec<Option<SyncSender<i32>>> =
         (0..shared.buffers.count).map(|_| None).collect();
     let mut in_flight = 0usize;
     let mut open = true;
+    let mut poll_armed = false;
     loop {
-        if in_flight == 0 {
-            if !open {
-                return;
-            }
-            match requests.recv() {
-                Ok(r) => push(&mut ring, &shared, r, &mut waiting, &mut in_flight),
-                Err(_) => return,
-            }
-        }
         loop {
             match requests.try_recv() {
                 Ok(r) => push(&mut ring, &shared, r, &mut waiting, &mut in_flight),
@@ -346,8 +359,17 @@ fn run(mut ring: IoUring, requests: Receiver<Request>, shared: Arc<Shared>) {
                 }
             }
         }
-        if in_flight == 0 {
-            continue;
+        if !open && in_flight == 0 {
+            return;
+        }
+        if !poll_armed {
+            let poll = opcode::PollAdd::new(types::Fd(wake.as_raw_fd()), libc::POLLIN as u32)
+                .build()
+                .user_data(WAKE);
+            // SAFETY: a poll references no memory of ours; the eventfd lives (through `wake`)
+            // as long as this thread, and the ring is closed, cancelling the poll, before it.
+            // The queue has room: one entry per buffer plus this one.
+            poll_armed = unsafe { ring.submission().push(&poll) }.is_ok();
         }
         if let Err(e) = ring.submit_and_wait(1) {
             if e.kind() == io::ErrorKind::Interrupted {
@@ -360,6 +382,12 @@ fn run(mut ring: IoUring, requests: Receiver<Request>, shared: Arc<Shared>) {
             return;
         }
         for cqe in ring.completion() {
+            if cqe.user_data() == WAKE {
+                // Reset the counter; the requests themselves are in the channel.
+                let _ = (&*wake).read(&mut [0u8; 8]);
+                poll_armed = false;
+                continue;
+            }
             let index = cqe.user_data() as usize;
             if let Some(done) = waiting.get_mut(index).and_then(Option::take) {
                 in_flight -= 1;
@@ -367,6 +395,17 @@ fn run(mut ring: IoUring, requests: Receiver<Request>, shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// A non-blocking eventfd: callers write it after queueing a request to wake the ring thread.
+fn eventfd() -> io::Result<File> {
+    // SAFETY: eventfd takes no pointers; a negative result is an error, checked below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 fn push(

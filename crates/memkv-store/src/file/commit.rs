@@ -3,6 +3,12 @@
 //! the index in journal order and wakes everyone. A commit is acknowledged only after its data
 //! and its journal record are durable. Only the leader mutates the file-mode index, so the index
 //! always equals what replay would rebuild.
+//!
+//! A one-step put queues its commit before it writes its bytes ([`DataWritten`]): the leader
+//! writes the batch's journal records while those bytes are still on their way to the drives
+//! and waits for them only before the sync, so a put pays for the longer of the two writes, not
+//! their sum. A record whose bytes then fail to land is superseded in the same batch by a record
+//! of what the key holds without it, before anything is synced or published.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
@@ -22,6 +28,8 @@ pub(crate) enum Op {
     Commit {
         key: Box<[u8]>,
         block: Arc<FileBlock>,
+        /// Set when the bytes are still being written as the op is queued.
+        written: Option<Arc<DataWritten>>,
     },
     /// Delete `key`; with `only_if`, only while the key still maps to that block.
     Delete {
@@ -33,13 +41,64 @@ pub(crate) enum Op {
 impl Op {
     fn journal_bytes(&self) -> u64 {
         match self {
-            Op::Commit { key, block } => 64 + key.len() as u64 + 8 * block.extents.ids.len() as u64,
+            Op::Commit { key, block, .. } => {
+                64 + key.len() as u64 + 8 * block.extents.ids.len() as u64
+            }
             Op::Delete { key, .. } => 64 + key.len() as u64,
         }
     }
 }
 
 type Outcome = std::result::Result<bool, String>;
+
+/// Whether a queued put's bytes reached the drives: set once by the writer (a dropped
+/// [`WriteGuard`] sets "failed"), awaited by the leader before it syncs.
+#[derive(Default)]
+pub(crate) struct DataWritten {
+    landed: Mutex<Option<bool>>,
+    set: Condvar,
+}
+
+impl DataWritten {
+    fn finish(&self, ok: bool) {
+        let mut landed = self.landed.lock().unwrap_or_else(|p| p.into_inner());
+        if landed.is_none() {
+            *landed = Some(ok);
+            self.set.notify_all();
+        }
+    }
+
+    fn wait(&self) -> bool {
+        let mut landed = self.landed.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(ok) = *landed {
+                return ok;
+            }
+            landed = self.set.wait(landed).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// The writer's side of a [`DataWritten`]: reports failure unless [`WriteGuard::landed`] was
+/// called, so a writer that errs or panics never leaves the leader waiting.
+pub(crate) struct WriteGuard(Arc<DataWritten>);
+
+impl WriteGuard {
+    pub fn new() -> (WriteGuard, Arc<DataWritten>) {
+        let w = Arc::new(DataWritten::default());
+        (WriteGuard(Arc::clone(&w)), w)
+    }
+
+    pub fn landed(self) {
+        self.0.finish(true);
+    }
+}
+
+impl Drop for WriteGuard {
+    fn drop(&mut self) {
+        self.0.finish(false);
+    }
+}
 
 #[derive(Default)]
 pub(crate) struct Queue {
@@ -58,11 +117,24 @@ pub(crate) struct GroupCommit {
 impl FileBackend {
     /// Journals `op` durably and applies it; `Ok(true)` when it changed the index.
     pub(crate) fn submit(&self, op: Op) -> Result<bool> {
-        let gc = &self.group;
-        let mut q = gc.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let ticket = self.enqueue(op);
+        self.wait_for(ticket)
+    }
+
+    /// Queues `op` for the next batch without waiting; [`Self::wait_for`] its ticket.
+    pub(crate) fn enqueue(&self, op: Op) -> u64 {
+        let mut q = self.group.queue.lock().unwrap_or_else(|p| p.into_inner());
         let ticket = q.next_ticket;
         q.next_ticket += 1;
         q.pending.push((ticket, op));
+        ticket
+    }
+
+    /// Waits until the op queued as `ticket` is durable and applied, leading batches while no
+    /// one else does.
+    pub(crate) fn wait_for(&self, ticket: u64) -> Result<bool> {
+        let gc = &self.group;
+        let mut q = gc.queue.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(outcome) = q.done.remove(&ticket) {
                 return outcome.map_err(|m| StoreError::Io(io::Error::other(m)));
@@ -92,6 +164,7 @@ impl FileBackend {
 
     fn run_batch(&self, batch: Vec<(u64, Op)>) -> Vec<(u64, Outcome)> {
         if self.failed.load(Ordering::Acquire) {
+            wait_for_data(&batch);
             let msg = "an earlier journal write failed; reopen the store".to_string();
             return batch
                 .into_iter()
@@ -105,14 +178,9 @@ impl FileBackend {
         let mut dirty = BTreeSet::from([0usize]);
         for (_, op) in &batch {
             match op {
-                Op::Commit { key, block } => {
+                Op::Commit { key, block, .. } => {
                     dirty.extend(block.extents.ids.iter().map(|&e| split_extent(e).0));
-                    records.push(Record::Commit(CommitRecord {
-                        key: key.clone(),
-                        len: block.len,
-                        checksum: block.checksum,
-                        extents: block.extents.ids.to_vec(),
-                    }));
+                    records.push(commit_record(key, block));
                     overlay.insert(key.clone(), Some(Arc::clone(block)));
                     journaled.push(true);
                 }
@@ -133,7 +201,19 @@ impl FileBackend {
                 }
             }
         }
-        if let Err(e) = self.write_records(&records, &dirty) {
+        // The records go out while the batch's bytes may still be in flight; nothing is synced
+        // (so nothing is acknowledged) before both have landed.
+        let mut written = self.write_records(&records);
+        let landed = wait_for_data(&batch);
+        if written.is_ok() && landed.contains(&false) {
+            let fixes = self.supersede_unwritten(&batch, &journaled, &landed);
+            written = self
+                .journal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .append(&fixes, true);
+        }
+        if let Err(e) = written.and_then(|()| self.sync_drives(&dirty)) {
             self.failed.store(true, Ordering::Release);
             tracing::error!(error = %e, "journal write failed; store is now read-only until reopened");
             let msg = format!("journal write failed: {e}");
@@ -144,13 +224,17 @@ impl FileBackend {
         }
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut replaced = Vec::new();
-        for ((ticket, op), done) in batch.into_iter().zip(journaled) {
+        for (((ticket, op), done), landed) in batch.into_iter().zip(journaled).zip(landed) {
+            if !landed {
+                outcomes.push((ticket, Err("the value's bytes were not written".into())));
+                continue;
+            }
             if !done {
                 outcomes.push((ticket, Ok(false)));
                 continue;
             }
             match op {
-                Op::Commit { key, block } => {
+                Op::Commit { key, block, .. } => {
                     self.value_bytes.fetch_add(block.len, Ordering::Relaxed);
                     if let Some(old) = self.index.insert(&key, block) {
                         self.value_bytes.fetch_sub(old.len, Ordering::Relaxed);
@@ -172,38 +256,110 @@ impl FileBackend {
         outcomes
     }
 
-    fn write_records(&self, records: &[Record], dirty: &BTreeSet<usize>) -> io::Result<()> {
+    /// Records that restore, for every key with a journaled commit whose bytes did not land,
+    /// what the key holds once the batch is applied without that commit (the index's value, or
+    /// a later op's), so that replay ends where the index does.
+    fn supersede_unwritten(
+        &self,
+        batch: &[(u64, Op)],
+        journaled: &[bool],
+        landed: &[bool],
+    ) -> Vec<Record> {
+        let mut keys: Vec<&[u8]> = batch
+            .iter()
+            .zip(landed)
+            .filter(|(_, landed)| !**landed)
+            .map(|((_, op), _)| match op {
+                Op::Commit { key, .. } | Op::Delete { key, .. } => &key[..],
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys.into_iter()
+            .map(|k| {
+                let mut state = self.index.get(k);
+                for (((_, op), done), landed) in batch.iter().zip(journaled).zip(landed) {
+                    match op {
+                        Op::Commit { key, block, .. } if **key == *k && *done && *landed => {
+                            state = Some(Arc::clone(block))
+                        }
+                        Op::Delete { key, .. } if **key == *k && *done => state = None,
+                        _ => {}
+                    }
+                }
+                match state {
+                    Some(block) => commit_record(k, &block),
+                    None => Record::Delete { key: k.into() },
+                }
+            })
+            .collect()
+    }
+
+    /// Appends `records` to the journal as a new batch (compacting it first when they would
+    /// not fit, with room to spare for superseding every commit among them in the same batch:
+    /// compacting between the two would drop records not yet in the index); not yet durable.
+    fn write_records(&self, records: &[Record]) -> io::Result<()> {
         let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
         let need: u64 = records
             .iter()
             .map(|r| match r {
-                Record::Commit(c) => 64 + c.key.len() as u64 + 8 * c.extents.len() as u64,
+                Record::Commit(c) => 2 * (64 + c.key.len() as u64 + 8 * c.extents.len() as u64),
                 Record::Delete { key } => 64 + key.len() as u64,
             })
             .sum::<u64>()
-            + PAGE;
+            + 2 * PAGE;
         if journal.space_left() < need {
             let mut live = Vec::new();
-            self.index.for_each(|key, b| {
-                live.push(Record::Commit(CommitRecord {
-                    key: key.into(),
-                    len: b.len,
-                    checksum: b.checksum,
-                    extents: b.extents.ids.to_vec(),
-                }))
-            });
+            self.index
+                .for_each(|key, b| live.push(commit_record(key, b)));
             tracing::debug!(entries = live.len(), "compacting journal");
             journal.compact(live.into_iter())?;
         }
         if !records.is_empty() {
-            journal.append(records)?;
-        }
-        drop(journal);
-        for &d in dirty {
-            self.drives[d].sync()?;
+            journal.append(records, false)?;
         }
         Ok(())
     }
+
+    /// One sync per touched drive, all at once: each waits on its own device.
+    fn sync_drives(&self, dirty: &BTreeSet<usize>) -> io::Result<()> {
+        let mut dirty = dirty.iter().map(|&d| &self.drives[d]);
+        let first = dirty.next();
+        std::thread::scope(|s| {
+            let others: Vec<_> = dirty.map(|drive| s.spawn(|| drive.sync())).collect();
+            let mut outcome = first.map_or(Ok(()), |drive| drive.sync());
+            for t in others {
+                let synced = t
+                    .join()
+                    .unwrap_or_else(|_| Err(io::Error::other("sync panicked")));
+                outcome = outcome.and(synced);
+            }
+            outcome
+        })
+    }
+}
+
+fn commit_record(key: &[u8], block: &FileBlock) -> Record {
+    Record::Commit(CommitRecord {
+        key: key.into(),
+        len: block.len,
+        checksum: block.checksum,
+        extents: block.extents.ids.to_vec(),
+    })
+}
+
+/// Waits until the bytes of every commit in `batch` have landed or failed; per op, whether
+/// they landed (ops with nothing in flight: true). Their extents must not be reused before.
+fn wait_for_data(batch: &[(u64, Op)]) -> Vec<bool> {
+    batch
+        .iter()
+        .map(|(_, op)| match op {
+            Op::Commit {
+                written: Some(w), ..
+            } => w.wait(),
+            _ => true,
+        })
+        .collect()
 }
 
 fn take_batch(pending: &mut Vec<(u64, Op)>) -> Vec<(u64, Op)> {

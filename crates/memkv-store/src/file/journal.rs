@@ -109,6 +109,10 @@ pub(crate) struct Journal {
     next_seq: u64,
     /// Byte offset within the active half where the next record goes.
     tail: u64,
+    /// The bytes of the partial page before `tail`, as last written: an append rewrites that
+    /// page whole, and reading it back from the drive first cost one I/O per commit batch.
+    /// `None` after a replay (read once, on the first append).
+    tail_page: Option<Vec<u8>>,
     next_batch: u64,
 }
 
@@ -124,6 +128,7 @@ impl Journal {
             generation: 0,
             next_seq: 0,
             tail: PAGE,
+            tail_page: None,
             next_batch: 1,
         };
         j.compact(std::iter::empty())?;
@@ -169,6 +174,7 @@ impl Journal {
             generation,
             next_seq: seq,
             tail,
+            tail_page: None,
             next_batch: records.last().map_or(1, |(_, b)| b + 1),
         };
         Ok((journal, records))
@@ -179,12 +185,24 @@ impl Journal {
         self.half_len - self.tail.next_multiple_of(PAGE)
     }
 
-    /// Appends records (not yet durable: the caller syncs the drive).
-    pub fn append(&mut self, records: &[Record]) -> io::Result<()> {
+    /// Appends records (not yet durable: the caller syncs the drive) as a new batch, or, with
+    /// `same_batch`, as more of the batch appended last: replay re-verifies the data of the
+    /// whole final batch, so records that amend a batch must carry its number.
+    pub fn append(&mut self, records: &[Record], same_batch: bool) -> io::Result<()> {
+        if same_batch {
+            self.next_batch -= 1;
+        }
         let page_start = self.tail / PAGE * PAGE;
-        let mut buf = vec![0u8; (self.tail - page_start) as usize];
         let half_base = self.base + self.active * self.half_len;
-        self.io.read_at(half_base + page_start, &mut buf)?;
+        let mut buf = match self.tail_page.take() {
+            Some(page) => page,
+            None => {
+                let mut page = vec![0u8; (self.tail - page_start) as usize];
+                self.io.read_at(half_base + page_start, &mut page)?;
+                page
+            }
+        };
+        debug_assert_eq!(buf.len() as u64, self.tail - page_start);
         for r in records {
             r.encode_into(self.generation, self.next_seq, self.next_batch, &mut buf);
             self.next_seq += 1;
@@ -197,6 +215,7 @@ impl Journal {
         buf.resize(buf.len().next_multiple_of(PAGE as usize), 0);
         self.io.write_at(half_base + page_start, &buf)?;
         self.tail = new_tail;
+        self.tail_page = Some(partial_page(&buf, page_start, new_tail));
         Ok(())
     }
 
@@ -219,6 +238,7 @@ impl Journal {
             }
         }
         let tail = written + buf.len() as u64;
+        let tail_page = partial_page(&buf, written, tail);
         buf.resize(
             buf.len().next_multiple_of(PAGE as usize).max(PAGE as usize),
             0,
@@ -236,6 +256,7 @@ impl Journal {
         self.generation = generation;
         self.next_seq = seq;
         self.tail = tail;
+        self.tail_page = Some(tail_page);
         self.next_batch = 1;
         Ok(())
     }
@@ -313,6 +334,13 @@ impl<'a> HalfReader<'a> {
     }
 }
 
+/// The bytes of `written` (which starts at offset `start`) that lie on the page holding `tail`,
+/// up to `tail`.
+fn partial_page(written: &[u8], start: u64, tail: u64) -> Vec<u8> {
+    let page_start = tail / PAGE * PAGE;
+    written[(page_start - start) as usize..(tail - start) as usize].to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,8 +369,8 @@ mod tests {
                 key: b"a".as_slice().into(),
             },
         ];
-        j.append(&recs).unwrap();
-        j.append(&[commit("b", 3)]).unwrap();
+        j.append(&recs, false).unwrap();
+        j.append(&[commit("b", 3)], false).unwrap();
         let (mut j2, got) = Journal::replay(io.clone(), 4096, half).unwrap();
         let want = vec![
             (recs[0].clone(), 1),
@@ -356,9 +384,21 @@ mod tests {
         let (_, got) = Journal::replay(io.clone(), 4096, half).unwrap();
         assert_eq!(got.len(), 2);
         j2.compact([commit("c", 2)].into_iter()).unwrap();
-        j2.append(&[commit("d", 1)]).unwrap();
+        j2.append(&[commit("d", 1)], false).unwrap();
+        // Amending the last batch keeps its number, so replay re-verifies all of it; the page
+        // cached from the last write is what the amendment extends.
+        j2.append(&[commit("e", 4)], true).unwrap();
+        j2.append(&[commit("f", 5)], false).unwrap();
         let (_, got) = Journal::replay(io, 4096, half).unwrap();
-        assert_eq!(got, vec![(commit("c", 2), 0), (commit("d", 1), 1)]);
+        assert_eq!(
+            got,
+            vec![
+                (commit("c", 2), 0),
+                (commit("d", 1), 1),
+                (commit("e", 4), 1),
+                (commit("f", 5), 2)
+            ]
+        );
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -27,7 +27,7 @@ use crate::config::DriveConfig;
 use crate::error::{Result, StoreError};
 use crate::index::Index;
 use crate::stats::DeviceStats;
-use commit::{GroupCommit, Op};
+use commit::{GroupCommit, Op, WriteGuard};
 use extents::{ExtentAllocator, ExtentSet, split_extent};
 pub use health::DRIVE_ERROR_LIMIT;
 pub(crate) use health::DriveHealth;
@@ -127,18 +127,6 @@ impl FileBackend {
         }
     }
 
-    /// Writes a whole value whose checksum the caller computes (one-shot put).
-    pub fn write_unhashed(&self, space: &mut FileSpace, data: &[u8]) -> Result<()> {
-        if data.len() as u64 != space.len {
-            return Err(StoreError::BadRequest(
-                "value length differs from its space".into(),
-            ));
-        }
-        self.write_pieces(&space.extents.ids, 0, data)?;
-        space.hashed = None;
-        Ok(())
-    }
-
     pub fn write_space(&self, space: &mut FileSpace, off: u64, data: &[u8]) -> Result<()> {
         let len = data.len() as u64;
         if off.checked_add(len).is_none_or(|end| end > space.len) {
@@ -217,8 +205,53 @@ impl FileBackend {
         self.submit(Op::Commit {
             key: key.into(),
             block,
+            written: None,
         })?;
         Ok(())
+    }
+
+    /// Stores each whole value in its space: every commit is queued before its bytes are
+    /// written, so the journal records go out while the bytes do and the batch shares one
+    /// group commit. One result per item, in order.
+    /// `checksum`: each value's xxh3-64, which the caller has computed or checked.
+    pub fn put_many(&self, items: Vec<(&[u8], FileSpace, &[u8], u64)>) -> Vec<Result<()>> {
+        let mut queued = Vec::with_capacity(items.len());
+        for (key, space, data, checksum) in items {
+            if data.len() as u64 != space.len {
+                queued.push(Err(StoreError::BadRequest(
+                    "value length differs from its space".into(),
+                )));
+                continue;
+            }
+            let block = Arc::new(FileBlock {
+                extents: space.extents,
+                len: space.len,
+                checksum,
+            });
+            let (guard, written) = WriteGuard::new();
+            let ticket = self.enqueue(Op::Commit {
+                key: key.into(),
+                block: Arc::clone(&block),
+                written: Some(written),
+            });
+            let wrote = self.write_pieces(&block.extents.ids, 0, data);
+            if wrote.is_ok() {
+                guard.landed();
+            } else {
+                drop(guard);
+            }
+            queued.push(Ok((ticket, wrote)));
+        }
+        queued
+            .into_iter()
+            .map(|q| {
+                let (ticket, wrote) = q?;
+                // Waited for even when the write failed (the leader drops the op then), but the
+                // write's own error is the one to report.
+                let committed = self.wait_for(ticket);
+                wrote.and(committed.map(|_| ()))
+            })
+            .collect()
     }
 
     /// Reads and verifies `key` into `buf`. `Ok(None)`: missing, or found corrupt (then it is
