@@ -254,3 +254,41 @@ fn a_put_whose_bytes_fail_leaves_the_key_as_it_was_across_a_restart() {
     let (store, _) = open_simulated(images);
     check(&store);
 }
+
+/// A batch's values are written at once under one group commit: each item gets its own
+/// outcome, the ones that landed are served (and replayed after a restart), the others are not.
+#[test]
+fn a_batch_put_reports_each_value_and_keeps_the_ones_that_landed() {
+    let (store, drives) = open_simulated(vec![vec![0; SIM_DRIVE_BYTES]; 2]);
+    let values: Vec<Vec<u8>> = (0..10).map(|i| sim_value(400 + i)).collect();
+    let keys: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
+    let items: Vec<(&[u8], &[u8])> = keys
+        .iter()
+        .zip(&values)
+        .map(|(k, v)| (k.as_bytes(), &v[..]))
+        .collect();
+    assert!(store.put_batch(&items[..5]).iter().all(Result::is_ok));
+    drives[1].fail_range(2 << 20..SIM_DRIVE_BYTES as u64, Failing::Writes);
+    let outcomes = store.put_batch(&items[5..]);
+    let landed: Vec<bool> = outcomes.iter().map(Result::is_ok).collect();
+    assert!(
+        landed.contains(&true) && landed.contains(&false),
+        "{outcomes:?}"
+    );
+    let check = |store: &Store| {
+        for (i, (k, v)) in keys.iter().zip(&values).enumerate() {
+            let got = store.get(k.as_bytes()).unwrap();
+            if i < 5 || landed[i - 5] {
+                assert!(*got.expect(k) == v[..], "{k}");
+            } else {
+                assert!(got.is_none(), "{k} failed, so it is not served");
+            }
+        }
+    };
+    check(&store);
+    store.close().unwrap();
+    let images = drives.iter().map(|d| d.current_image()).collect();
+    drop(store);
+    let (store, _) = open_simulated(images);
+    check(&store);
+}

@@ -37,6 +37,17 @@ use journal::Journal;
 pub(crate) use journal::MAX_EXTENTS_PER_VALUE;
 pub(crate) use superblock::FORMAT_VERSION;
 
+/// Values of one batch written at once (each writer thread moves one value at a time).
+const WRITERS: usize = 8;
+
+/// One value of a batch on its way to the drives; `guard` tells the group commit when it landed.
+struct ValueWrite<'a> {
+    at: usize,
+    block: Arc<FileBlock>,
+    guard: WriteGuard,
+    data: &'a [u8],
+}
+
 /// A committed value's location. Its extents are freed when the last holder drops it.
 pub(crate) struct FileBlock {
     pub extents: ExtentSet,
@@ -210,17 +221,19 @@ impl FileBackend {
         Ok(())
     }
 
-    /// Stores each whole value in its space: every commit is queued before its bytes are
+    /// Stores each whole value in its space: every commit is queued before any bytes are
     /// written, so the journal records go out while the bytes do and the batch shares one
-    /// group commit. One result per item, in order.
-    /// `checksum`: each value's xxh3-64, which the caller has computed or checked.
+    /// group commit; the bytes of several values are written at once. One result per item, in
+    /// order. `checksum`: each value's xxh3-64, which the caller has computed or checked.
     pub fn put_many(&self, items: Vec<(&[u8], FileSpace, &[u8], u64)>) -> Vec<Result<()>> {
-        let mut queued = Vec::with_capacity(items.len());
-        for (key, space, data, checksum) in items {
+        let mut results: Vec<Option<Result<()>>> = Vec::with_capacity(items.len());
+        let mut writes = Vec::new();
+        let mut tickets = Vec::new();
+        for (i, (key, space, data, checksum)) in items.into_iter().enumerate() {
             if data.len() as u64 != space.len {
-                queued.push(Err(StoreError::BadRequest(
+                results.push(Some(Err(StoreError::BadRequest(
                     "value length differs from its space".into(),
-                )));
+                ))));
                 continue;
             }
             let block = Arc::new(FileBlock {
@@ -229,29 +242,66 @@ impl FileBackend {
                 checksum,
             });
             let (guard, written) = WriteGuard::new();
-            let ticket = self.enqueue(Op::Commit {
-                key: key.into(),
-                block: Arc::clone(&block),
-                written: Some(written),
+            tickets.push((
+                i,
+                self.enqueue(Op::Commit {
+                    key: key.into(),
+                    block: Arc::clone(&block),
+                    written: Some(written),
+                }),
+            ));
+            writes.push(ValueWrite {
+                at: i,
+                block,
+                guard,
+                data,
             });
-            let wrote = self.write_pieces(&block.extents.ids, 0, data);
-            if wrote.is_ok() {
-                guard.landed();
-            } else {
-                drop(guard);
-            }
-            queued.push(Ok((ticket, wrote)));
+            results.push(None);
         }
-        queued
+        let wrote = self.write_values(writes);
+        // Every ticket is waited for, even when its write failed (the leader drops the op
+        // then), but the write's own error is the one to report.
+        for ((i, ticket), (j, wrote)) in tickets.into_iter().zip(wrote) {
+            debug_assert_eq!(i, j);
+            let committed = self.wait_for(ticket);
+            results[i] = Some(wrote.and(committed.map(|_| ())));
+        }
+        results
             .into_iter()
-            .map(|q| {
-                let (ticket, wrote) = q?;
-                // Waited for even when the write failed (the leader drops the op then), but the
-                // write's own error is the one to report.
-                let committed = self.wait_for(ticket);
-                wrote.and(committed.map(|_| ()))
-            })
+            .map(|r| r.expect("every item has a result"))
             .collect()
+    }
+
+    /// Writes each value's bytes, up to [`WRITERS`] values at a time, and reports each landed
+    /// (or not) to the group commit. Results in the order given, each with its item position.
+    fn write_values(&self, writes: Vec<ValueWrite<'_>>) -> Vec<(usize, Result<()>)> {
+        let write = |w: ValueWrite<'_>| {
+            let wrote = self.write_pieces(&w.block.extents.ids, 0, w.data);
+            if wrote.is_ok() {
+                w.guard.landed();
+            }
+            (w.at, wrote)
+        };
+        if writes.len() <= 1 {
+            return writes.into_iter().map(write).collect();
+        }
+        let workers = writes.len().min(WRITERS);
+        let mut shares: Vec<Vec<ValueWrite<'_>>> = (0..workers).map(|_| Vec::new()).collect();
+        for (n, w) in writes.into_iter().enumerate() {
+            shares[n % workers].push(w);
+        }
+        let mut done: Vec<(usize, Result<()>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = shares
+                .into_iter()
+                .map(|share| s.spawn(|| share.into_iter().map(write).collect::<Vec<_>>()))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        done.sort_unstable_by_key(|(at, _)| *at);
+        done
     }
 
     /// Reads and verifies `key` into `buf`. `Ok(None)`: missing, or found corrupt (then it is
