@@ -22,33 +22,27 @@ use pages::{PAGES_PER_GRANULE, PageMap};
 const MIN_CLASS: u64 = 64;
 const MAX_SLAB_GRANULES: u64 = 8;
 
-/// One handed-out range.
+/// One handed-out range: 24 bytes, since every stored block carries one (the index's cost
+/// per block is what #16 shrinks). What it reserves is derived from its kind and the
+/// allocator's geometry ([`Allocator::reserved`]) rather than stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Allocation {
     pub offset: u64,
-    /// Bytes reserved for the value (its class size or granule run), at least the value length.
-    pub reserved: u64,
     kind: AllocKind,
 }
 
+/// Granule numbers are `u32` ([`MAX_GRANULES`]); pages within a granule and size classes fit a
+/// byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AllocKind {
     Empty,
-    Granules {
-        start: u64,
-        count: u64,
-    },
-    Pages {
-        granule: u64,
-        first: u32,
-        count: u32,
-    },
-    Slot {
-        class: usize,
-        slab: u64,
-        slot: u32,
-    },
+    Granules { start: u32, count: u32 },
+    Pages { granule: u32, first: u8, count: u8 },
+    Slot { class: u8, slab: u32, slot: u32 },
 }
+
+/// The most granules an allocator manages (granule numbers are stored in 32 bits).
+pub(crate) const MAX_GRANULES: u64 = u32::MAX as u64;
 
 /// Counters for stats and fragmentation reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -86,9 +80,15 @@ pub(crate) struct Allocator {
 }
 
 impl Allocator {
+    /// `granules_total` at most [`MAX_GRANULES`] (the arena checks).
     pub fn new(granule: u64, granules_total: u64) -> Self {
+        assert!(granules_total <= MAX_GRANULES, "too many granules");
         let map = GranuleMap::new(granules_total);
         let class_sizes = size_classes(granule);
+        assert!(
+            class_sizes.len() <= usize::from(u8::MAX),
+            "too many size classes"
+        );
         let classes = class_sizes
             .iter()
             .map(|&slot_size| {
@@ -119,7 +119,6 @@ impl Allocator {
         if len == 0 {
             return Some(Allocation {
                 offset: 0,
-                reserved: 0,
                 kind: AllocKind::Empty,
             });
         }
@@ -141,13 +140,28 @@ impl Allocator {
                 let start = lock(&self.granules).take(count)?;
                 Allocation {
                     offset: start * self.granule,
-                    reserved: count * self.granule,
-                    kind: AllocKind::Granules { start, count },
+                    // Both below `granules_total`, which fits 32 bits.
+                    kind: AllocKind::Granules {
+                        start: start as u32,
+                        count: count as u32,
+                    },
                 }
             }
         };
-        self.reserved.fetch_add(alloc.reserved, Ordering::Relaxed);
+        self.reserved
+            .fetch_add(self.reserved(&alloc), Ordering::Relaxed);
         Some(alloc)
+    }
+
+    /// Bytes reserved for `alloc`'s value (its class size, page run or granule run), at least
+    /// the value's length.
+    pub fn reserved(&self, alloc: &Allocation) -> u64 {
+        match alloc.kind {
+            AllocKind::Empty => 0,
+            AllocKind::Granules { count, .. } => u64::from(count) * self.granule,
+            AllocKind::Pages { count, .. } => u64::from(count) * self.page_size,
+            AllocKind::Slot { class, .. } => self.class_sizes[usize::from(class)],
+        }
     }
 
     fn allocate_pages(&self, count: u32) -> Option<Allocation> {
@@ -159,13 +173,13 @@ impl Allocator {
                 p.take_in_new(g, count)
             }
         };
+        // A granule number fits 32 bits; pages within a granule number under 256.
         Some(Allocation {
             offset: granule * self.granule + u64::from(first) * self.page_size,
-            reserved: u64::from(count) * self.page_size,
             kind: AllocKind::Pages {
-                granule,
-                first,
-                count,
+                granule: granule as u32,
+                first: first as u8,
+                count: count as u8,
             },
         })
     }
@@ -194,29 +208,37 @@ impl Allocator {
         }
         Some(Allocation {
             offset: slab * self.granule + u64::from(slot) * c.slot_size,
-            reserved: c.slot_size,
-            kind: AllocKind::Slot { class, slab, slot },
+            kind: AllocKind::Slot {
+                class: class as u8,
+                slab: slab as u32,
+                slot,
+            },
         })
     }
 
     /// Returns a range obtained from [`Self::allocate`]. Each allocation is freed exactly once.
     pub fn free(&self, alloc: Allocation) {
-        self.reserved.fetch_sub(alloc.reserved, Ordering::Relaxed);
+        self.reserved
+            .fetch_sub(self.reserved(&alloc), Ordering::Relaxed);
         match alloc.kind {
             AllocKind::Empty => {}
-            AllocKind::Granules { start, count } => lock(&self.granules).give_back(start, count),
+            AllocKind::Granules { start, count } => {
+                lock(&self.granules).give_back(u64::from(start), u64::from(count))
+            }
             AllocKind::Pages {
                 granule,
                 first,
                 count,
             } => {
+                let granule = u64::from(granule);
                 let mut p = lock(&self.pages);
-                if p.give_back(granule, first, count) {
+                if p.give_back(granule, u32::from(first), u32::from(count)) {
                     lock(&self.granules).give_back(granule, 1);
                 }
             }
             AllocKind::Slot { class, slab, slot } => {
-                let mut c = lock(&self.classes[class]);
+                let slab = u64::from(slab);
+                let mut c = lock(&self.classes[usize::from(class)]);
                 let slots = c.slots_per_slab as usize;
                 let state = c.slabs.get_mut(&slab).expect("slot belongs to a live slab");
                 state.free.push(slot);
@@ -280,6 +302,11 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn an_allocation_is_24_bytes() {
+        assert_eq!(std::mem::size_of::<Allocation>(), 24);
+    }
+
+    #[test]
     fn classes_round_up_under_a_quarter() {
         let classes = size_classes(2 << 20);
         for w in classes.windows(2) {
@@ -304,11 +331,12 @@ mod tests {
                     continue;
                 }
                 if let Some(al) = a.allocate(len) {
-                    prop_assert!(al.reserved >= len);
-                    prop_assert!(al.offset + al.reserved <= 40 * granule);
+                    let (reserved, o_reserved) = (a.reserved(&al), |o: &Allocation| a.reserved(o));
+                    prop_assert!(reserved >= len);
+                    prop_assert!(al.offset + reserved <= 40 * granule);
                     for (o, olen) in &live {
-                        let disjoint = al.reserved == 0 || *olen == 0
-                            || al.offset + al.reserved <= o.offset || o.offset + o.reserved <= al.offset;
+                        let disjoint = reserved == 0 || *olen == 0
+                            || al.offset + reserved <= o.offset || o.offset + o_reserved(o) <= al.offset;
                         prop_assert!(disjoint, "{al:?} overlaps {o:?}");
                     }
                     live.push((al, len));

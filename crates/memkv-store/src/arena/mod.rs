@@ -113,6 +113,15 @@ impl MemoryArena {
             (map, None, len, backing)
         };
         let granules = max_size / granule;
+        if granules > crate::allocator::MAX_GRANULES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "an arena of {max_size} bytes holds {granules} blocks of {granule} bytes; at most {} blocks are supported (raise memory.block_size)",
+                    crate::allocator::MAX_GRANULES
+                ),
+            ));
+        }
         tracing::info!(len, ?backing, shareable, "memory arena mapped");
         Ok(Arc::new(Self {
             map,
@@ -150,7 +159,7 @@ pub(crate) struct ArenaBlock {
 impl ArenaBlock {
     pub fn allocate(arena: &Arc<MemoryArena>, len: u64) -> Option<Self> {
         let alloc = arena.allocator.allocate(len)?;
-        debug_assert!(alloc.offset + alloc.reserved <= arena.len as u64);
+        debug_assert!(alloc.offset + arena.allocator.reserved(&alloc) <= arena.len as u64);
         Some(Self {
             arena: Arc::clone(arena),
             alloc,
