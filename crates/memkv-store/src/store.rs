@@ -323,6 +323,22 @@ impl Store {
         }
     }
 
+    /// The checksum of a whole value (refused unless it is `expected`, when given) and room
+    /// for it.
+    fn checked_space(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        expected: Option<u64>,
+    ) -> Result<(u64, Space)> {
+        self.check_writable(key, value.len() as u64)?;
+        let actual = crate::arena::xxh3(value);
+        if let Some(expected) = expected.filter(|&e| e != actual) {
+            return Err(StoreError::ChecksumMismatch { expected, actual });
+        }
+        Ok((actual, self.reserve_space(value.len() as u64)?))
+    }
+
     /// Drive-backed puts of whole values (`Some(checksum)`: refused unless the value hashes to
     /// it): room for every value first (evicting as needed), then one pass that queues each
     /// commit and writes its bytes, all under a shared group commit.
@@ -334,18 +350,7 @@ impl Store {
         let mut results: Vec<Option<Result<()>>> = Vec::with_capacity(items.len());
         let mut ready = Vec::new();
         for (i, &(key, value, expected)) in items.iter().enumerate() {
-            let reserved = self.check_writable(key, value.len() as u64).and_then(|()| {
-                let actual = crate::arena::xxh3(value);
-                match expected {
-                    Some(e) if e != actual => Err(StoreError::ChecksumMismatch {
-                        expected: e,
-                        actual,
-                    }),
-                    _ => Ok(actual),
-                }
-                .and_then(|sum| Ok((sum, self.reserve_space(value.len() as u64)?)))
-            });
-            match reserved {
+            match self.checked_space(key, value, expected) {
                 Ok((sum, Space::File(space))) => {
                     ready.push((i, (key, *space, value, sum)));
                     results.push(None);

@@ -247,12 +247,7 @@ fn a_put_whose_bytes_fail_leaves_the_key_as_it_was_across_a_restart() {
             assert_eq!(got.is_some(), !failed.contains(&(100 + i)), "fresh{i}");
         }
     };
-    check(&store);
-    store.close().unwrap();
-    let images = drives.iter().map(|d| d.current_image()).collect();
-    drop(store);
-    let (store, _) = open_simulated(images);
-    check(&store);
+    check_across_restart(store, &drives, check);
 }
 
 /// A batch's values are written at once under one group commit: each item gets its own
@@ -285,6 +280,12 @@ fn a_batch_put_reports_each_value_and_keeps_the_ones_that_landed() {
             }
         }
     };
+    check_across_restart(store, &drives, check);
+}
+
+/// Runs `check` on `store`, then again on a store reopened from its drives' images after a
+/// clean close (what replay rebuilds).
+fn check_across_restart(store: Store, drives: &[Arc<FaultDrive>], check: impl Fn(&Store)) {
     check(&store);
     store.close().unwrap();
     let images = drives.iter().map(|d| d.current_image()).collect();
