@@ -272,6 +272,24 @@ fn file_mode_refuses_newer_format_and_wrong_geometry() {
 }
 
 #[test]
+fn file_mode_reads_a_format_1_store_and_upgrades_its_drives() {
+    let dir = TempDir::new("upgrade");
+    let cfg = file_config(&dir, 2, 32 << 20, 1 << 20);
+    let store = Store::open(cfg.clone()).unwrap();
+    store.put(b"kept", &[7; 3000]).unwrap();
+    drop(store);
+    common::set_format_version(&cfg, 1);
+    let store = Store::open(cfg.clone()).unwrap();
+    assert_eq!(store.get(b"kept").unwrap().unwrap().as_ref(), &[7; 3000]);
+    store.put(b"after", &[8; 100]).unwrap();
+    drop(store);
+    let current = memkv_store::FILE_FORMAT_VERSION;
+    assert_eq!(common::format_versions(&cfg), vec![current, current]);
+    let store = Store::open(cfg).unwrap();
+    assert!(store.exists(b"kept") && store.exists(b"after"));
+}
+
+#[test]
 fn pins_expire_and_stop_blocking_eviction() {
     let mut cfg = StoreConfig::memory(4 << 20);
     cfg.pin_lease = Duration::from_millis(20);

@@ -5,8 +5,14 @@
 //! checksum, generation or sequence number is wrong (a torn tail or stale bytes). Compaction
 //! writes a snapshot of the live index into the other half under generation + 1, makes it
 //! durable, and only then writes that half's header: a crash at any point leaves one complete,
-//! consistent half. Writes are whole pages (the partial tail page is rewritten with the same
-//! prefix), which keeps the journal usable on O_DIRECT devices.
+//! consistent half. Writes are whole pages, which keeps the journal usable on O_DIRECT devices.
+//!
+//! Each append starts on a fresh page (format 2): a page that holds synced records is never
+//! written again, so a drive that tears a sector of an append into garbage loses only that
+//! unacknowledged append, never the records before it. Replay therefore reads the next record
+//! where the last one ended or, failing that, at the start of the next page, and only with the
+//! expected sequence number, so no record can be skipped. Format 1 packed batches into the
+//! partial tail page (rewritten with the same prefix); its journals replay the same way.
 //!
 //! Record: checksum:u64 len:u32 kind:u8 pad[3] generation:u64 seq:u64 batch:u64 body[len],
 //! checksum = xxh3 of everything after the checksum field. `batch` numbers group commits: only
@@ -107,12 +113,9 @@ pub(crate) struct Journal {
     active: u64,
     generation: u64,
     next_seq: u64,
-    /// Byte offset within the active half where the next record goes.
+    /// Byte offset within the active half where the last record ends; the next append starts
+    /// at the page boundary at or after it.
     tail: u64,
-    /// The bytes of the partial page before `tail`, as last written: an append rewrites that
-    /// page whole, and reading it back from the drive first cost one I/O per commit batch.
-    /// `None` after a replay (read once, on the first append).
-    tail_page: Option<Vec<u8>>,
     next_batch: u64,
 }
 
@@ -128,7 +131,6 @@ impl Journal {
             generation: 0,
             next_seq: 0,
             tail: PAGE,
-            tail_page: None,
             next_batch: 1,
         };
         j.compact(std::iter::empty())?;
@@ -161,9 +163,18 @@ impl Journal {
         let mut records = Vec::new();
         let mut tail = PAGE;
         let mut seq = 0u64;
-        while let Some((rec, batch, len)) = reader.next(tail, generation, seq)? {
+        loop {
+            let mut found = reader.next(tail, generation, seq)?;
+            let mut at = tail;
+            if found.is_none() && !tail.is_multiple_of(PAGE) {
+                at = tail.next_multiple_of(PAGE);
+                found = reader.next(at, generation, seq)?;
+            }
+            let Some((rec, batch, len)) = found else {
+                break;
+            };
             records.push((rec, batch));
-            tail += len;
+            tail = at + len;
             seq += 1;
         }
         let journal = Self {
@@ -174,7 +185,6 @@ impl Journal {
             generation,
             next_seq: seq,
             tail,
-            tail_page: None,
             next_batch: records.last().map_or(1, |(_, b)| b + 1),
         };
         Ok((journal, records))
@@ -192,17 +202,9 @@ impl Journal {
         if same_batch {
             self.next_batch -= 1;
         }
-        let page_start = self.tail / PAGE * PAGE;
+        let page_start = self.tail.next_multiple_of(PAGE);
         let half_base = self.base + self.active * self.half_len;
-        let mut buf = match self.tail_page.take() {
-            Some(page) => page,
-            None => {
-                let mut page = vec![0u8; (self.tail - page_start) as usize];
-                self.io.read_at(half_base + page_start, &mut page)?;
-                page
-            }
-        };
-        debug_assert_eq!(buf.len() as u64, self.tail - page_start);
+        let mut buf = Vec::with_capacity(PAGE as usize);
         for r in records {
             r.encode_into(self.generation, self.next_seq, self.next_batch, &mut buf);
             self.next_seq += 1;
@@ -215,7 +217,6 @@ impl Journal {
         buf.resize(buf.len().next_multiple_of(PAGE as usize), 0);
         self.io.write_at(half_base + page_start, &buf)?;
         self.tail = new_tail;
-        self.tail_page = Some(partial_page(&buf, page_start, new_tail));
         Ok(())
     }
 
@@ -238,7 +239,6 @@ impl Journal {
             }
         }
         let tail = written + buf.len() as u64;
-        let tail_page = partial_page(&buf, written, tail);
         buf.resize(
             buf.len().next_multiple_of(PAGE as usize).max(PAGE as usize),
             0,
@@ -256,7 +256,6 @@ impl Journal {
         self.generation = generation;
         self.next_seq = seq;
         self.tail = tail;
-        self.tail_page = Some(tail_page);
         self.next_batch = 1;
         Ok(())
     }
@@ -334,13 +333,6 @@ impl<'a> HalfReader<'a> {
     }
 }
 
-/// The bytes of `written` (which starts at offset `start`) that lie on the page holding `tail`,
-/// up to `tail`.
-fn partial_page(written: &[u8], start: u64, tail: u64) -> Vec<u8> {
-    let page_start = tail / PAGE * PAGE;
-    written[(page_start - start) as usize..(tail - start) as usize].to_vec()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,6 +391,71 @@ mod tests {
                 (commit("f", 5), 2)
             ]
         );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_format_1_journal_with_batches_packed_into_pages_replays() {
+        let path = std::env::temp_dir().join(format!("memkv-journal-v1-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let io: Arc<dyn ExtentIo> =
+            Arc::new(FileDrive::open(&path, Some(1 << 20), 0, true).unwrap());
+        let half = 256 << 10;
+        let j = Journal::format(io.clone(), 4096, half).unwrap();
+        // What format 1 wrote: each batch right after the last, sharing its page.
+        let mut packed = Vec::new();
+        commit("a", 1).encode_into(j.generation, 0, 1, &mut packed);
+        commit("b", 2).encode_into(j.generation, 1, 2, &mut packed);
+        commit("c", 3).encode_into(j.generation, 2, 3, &mut packed);
+        packed.resize(PAGE as usize, 0);
+        io.write_at(4096 + j.active * half + PAGE, &packed).unwrap();
+        let (_, got) = Journal::replay(io, 4096, half).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (commit("a", 1), 1),
+                (commit("b", 2), 2),
+                (commit("c", 3), 3)
+            ]
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn garbage_in_the_newest_append_never_reaches_the_records_before_it() {
+        let path = std::env::temp_dir().join(format!("memkv-journal-torn-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let io: Arc<dyn ExtentIo> =
+            Arc::new(FileDrive::open(&path, Some(1 << 20), 0, true).unwrap());
+        let half = 256 << 10;
+        let mut j = Journal::format(io.clone(), 4096, half).unwrap();
+        j.append(&[commit("a", 1)], false).unwrap();
+        j.append(&[commit("b", 2), commit("c", 3)], false).unwrap();
+        let first_page_end = j.tail.next_multiple_of(PAGE);
+        j.append(&[commit("d", 600)], false).unwrap();
+        assert!(
+            j.tail > first_page_end + PAGE,
+            "the last record spans pages"
+        );
+        let half_base = 4096 + j.active * half;
+        // The drive tore the newest append's first sector into garbage: the records before it,
+        // on pages that were never written again, all replay.
+        io.write_at(half_base + first_page_end, &[0xa5; 512])
+            .unwrap();
+        let (mut j2, got) = Journal::replay(io.clone(), 4096, half).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (commit("a", 1), 1),
+                (commit("b", 2), 2),
+                (commit("c", 3), 2)
+            ]
+        );
+        // The next append goes where the torn one was and replays after them.
+        j2.append(&[commit("e", 1)], false).unwrap();
+        let (_, got) = Journal::replay(io, 4096, half).unwrap();
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[3], (commit("e", 1), 3));
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -138,6 +138,7 @@ pub(super) fn open(
         }))
     });
     journal.compact(snapshot.into_iter())?;
+    upgrade_superblocks(&drives, &sbs)?;
     tracing::info!(
         drives = drives.len(),
         values = index.len(),
@@ -293,6 +294,29 @@ fn format(drives: &[Arc<dyn ExtentIo>], block_size: u64) -> Result<Vec<Superbloc
     drives[0].write_at(0, &sbs[0].encode())?;
     drives[0].sync()?;
     Ok(sbs)
+}
+
+/// Marks an older store's drives with this build's format, drive 0 (the journal's) first, before
+/// anything is appended in the new format: from then on, builds that cannot read it refuse the
+/// drives by version instead of misreading the journal. Only the version changes.
+fn upgrade_superblocks(drives: &[Arc<dyn ExtentIo>], sbs: &[Superblock]) -> Result<()> {
+    for (d, sb) in drives.iter().zip(sbs) {
+        if sb.version < FORMAT_VERSION {
+            let upgraded = Superblock {
+                version: FORMAT_VERSION,
+                ..*sb
+            };
+            d.write_at(0, &upgraded.encode())?;
+            d.sync()?;
+            tracing::info!(
+                drive = %d.path().display(),
+                from = sb.version,
+                to = FORMAT_VERSION,
+                "drive format upgraded"
+            );
+        }
+    }
+    Ok(())
 }
 
 fn check_formatted(

@@ -107,3 +107,36 @@ pub fn bump_format_version(cfg: &StoreConfig) {
     f.write_all_at(&(memkv_store::FILE_FORMAT_VERSION + 1).to_le_bytes(), 8)
         .unwrap();
 }
+
+/// Each drive's superblock format version.
+pub fn format_versions(cfg: &StoreConfig) -> Vec<u32> {
+    drive_paths(cfg)
+        .iter()
+        .map(|p| {
+            let mut v = [0u8; 4];
+            std::fs::File::open(p)
+                .unwrap()
+                .read_exact_at(&mut v, 8)
+                .unwrap();
+            u32::from_le_bytes(v)
+        })
+        .collect()
+}
+
+/// Rewrites every drive's superblock as `version`, checksum included (the superblock is 96
+/// bytes: its last 8 are the xxh3 of the rest).
+pub fn set_format_version(cfg: &StoreConfig, version: u32) {
+    for p in drive_paths(cfg) {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        let mut sb = [0u8; 96];
+        f.read_exact_at(&mut sb, 0).unwrap();
+        sb[8..12].copy_from_slice(&version.to_le_bytes());
+        let sum = xxhash_rust::xxh3::xxh3_64(&sb[..88]);
+        sb[88..].copy_from_slice(&sum.to_le_bytes());
+        f.write_all_at(&sb, 0).unwrap();
+    }
+}
