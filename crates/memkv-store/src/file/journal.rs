@@ -166,7 +166,7 @@ impl Journal {
         loop {
             let mut found = reader.next(tail, generation, seq)?;
             let mut at = tail;
-            if found.is_none() && !tail.is_multiple_of(PAGE) {
+            if found.is_none() && tail % PAGE != 0 {
                 at = tail.next_multiple_of(PAGE);
                 found = reader.next(at, generation, seq)?;
             }
