@@ -2,8 +2,6 @@
 //! set bits and takes the first entry found clear. Entries the caller marks unevictable (pinned
 //! for an RDMA read) are skipped.
 
-use std::sync::atomic::Ordering;
-
 use crate::index::Shard;
 
 /// Advances the shard's hand and returns the slot to evict, if any is evictable.
@@ -16,11 +14,10 @@ pub(crate) fn clock_pick<B>(
     for _ in 0..2 * n {
         let i = shard.hand % n;
         shard.hand = (i + 1) % n;
-        let slot = &shard.slots[i];
-        if !evictable(&slot.block) {
+        if !evictable(&shard.slots[i].block) {
             continue;
         }
-        if slot.referenced.swap(false, Ordering::Relaxed) {
+        if shard.referenced.take(i) {
             continue;
         }
         return Some(i);

@@ -5,9 +5,10 @@
 //! holds only a `u32` per entry and finds keys through the slots (hashbrown's `HashTable`), which
 //! halves the index's memory against a map that keeps its own copy of every key. Blocks are
 //! `Arc`s: replacing or removing an entry never frees bytes a reader still holds; they go when
-//! the last `Arc` drops.
+//! the last `Arc` drops. CLOCK's referenced bits are a bitmap beside the slots (a bit per entry,
+//! not a padded byte in each slot).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
@@ -19,14 +20,60 @@ const SHARDS: usize = 64;
 pub(crate) struct Slot<B> {
     pub key: Box<[u8]>,
     pub block: Arc<B>,
-    pub referenced: AtomicBool,
 }
 
 pub(crate) struct Shard<B> {
     /// Slot numbers, hashed by their slots' keys.
     table: HashTable<u32>,
     pub slots: Vec<Slot<B>>,
+    /// Bit `i`: slot `i` was used since the CLOCK hand last passed it.
+    pub referenced: ReferencedBits,
     pub hand: usize,
+}
+
+/// One bit per slot, set by readers under the shard's read lock.
+#[derive(Default)]
+pub(crate) struct ReferencedBits(Vec<AtomicU64>);
+
+impl ReferencedBits {
+    fn word_bit(i: usize) -> (usize, u64) {
+        (i / 64, 1 << (i % 64))
+    }
+
+    pub fn mark(&self, i: usize) {
+        let (w, bit) = Self::word_bit(i);
+        self.0[w].fetch_or(bit, Ordering::Relaxed);
+    }
+
+    /// Clears bit `i`, returning whether it was set.
+    pub fn take(&self, i: usize) -> bool {
+        let (w, bit) = Self::word_bit(i);
+        self.0[w].fetch_and(!bit, Ordering::Relaxed) & bit != 0
+    }
+
+    /// Sets bit `len` for a slot pushed at the end (`len` slots before it).
+    fn push(&mut self, len: usize) {
+        let (w, _) = Self::word_bit(len);
+        if w == self.0.len() {
+            self.0.push(AtomicU64::new(0));
+        }
+        self.mark(len);
+    }
+
+    /// Mirrors `Vec::swap_remove(i)` on `len` slots: the last bit moves to `i`.
+    fn swap_remove(&mut self, i: usize, len: usize) {
+        let last = len - 1;
+        let moved = self.take(last);
+        if i != last {
+            self.take(i);
+            if moved {
+                self.mark(i);
+            }
+        }
+        if last % 64 == 0 {
+            self.0.pop();
+        }
+    }
 }
 
 /// A key and its hash, computed once per operation: the low bits choose the shard, the same
@@ -68,10 +115,10 @@ impl<B> Shard<B> {
 
     fn insert_new(&mut self, key: Hashed<'_>, block: Arc<B>) {
         let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 entries per shard");
+        self.referenced.push(self.slots.len());
         self.slots.push(Slot {
             key: key.key.into(),
             block,
-            referenced: AtomicBool::new(true),
         });
         let Shard { table, slots, .. } = self;
         table.insert_unique(key.in_shard(), i, |&j| key_hash(&slots[j as usize].key));
@@ -83,6 +130,7 @@ impl<B> Shard<B> {
         if let Ok(entry) = self.table.find_entry(removed_hash, |&j| j as usize == i) {
             entry.remove();
         }
+        self.referenced.swap_remove(i, self.slots.len());
         let slot = self.slots.swap_remove(i);
         if i < self.slots.len() {
             // The last slot moved into `i`: repoint its table entry.
@@ -109,6 +157,7 @@ impl<B> Index<B> {
                     RwLock::new(Shard {
                         table: HashTable::new(),
                         slots: Vec::new(),
+                        referenced: ReferencedBits::default(),
                         hand: 0,
                     })
                 })
@@ -129,9 +178,9 @@ impl<B> Index<B> {
     pub fn get(&self, key: &[u8]) -> Option<Arc<B>> {
         let key = Hashed::new(key);
         let shard = self.read(key.shard());
-        let slot = &shard.slots[shard.find(key)?];
-        slot.referenced.store(true, Ordering::Relaxed);
-        Some(Arc::clone(&slot.block))
+        let i = shard.find(key)?;
+        shard.referenced.mark(i);
+        Some(Arc::clone(&shard.slots[i].block))
     }
 
     pub fn contains(&self, key: &[u8]) -> bool {
@@ -176,9 +225,8 @@ impl<B> Index<B> {
         let key = Hashed::new(key);
         let mut shard = self.write(key.shard());
         if let Some(i) = shard.find(key) {
-            let slot = &mut shard.slots[i];
-            slot.referenced.store(true, Ordering::Relaxed);
-            return Some(std::mem::replace(&mut slot.block, block));
+            shard.referenced.mark(i);
+            return Some(std::mem::replace(&mut shard.slots[i].block, block));
         }
         shard.insert_new(key, block);
         None
@@ -236,6 +284,38 @@ impl<B> Index<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The bitmap tracks a `Vec<bool>` through pushes, swap-removes, marks and takes.
+        #[test]
+        fn referenced_bits_follow_their_slots(ops in prop::collection::vec((0u8..4, any::<u16>()), 1..600)) {
+            let mut bits = ReferencedBits::default();
+            let mut model: Vec<bool> = Vec::new();
+            for (op, at) in ops {
+                let i = usize::from(at) % model.len().max(1);
+                match op {
+                    0 | 1 => {
+                        bits.push(model.len());
+                        model.push(true);
+                    }
+                    2 if !model.is_empty() => {
+                        bits.swap_remove(i, model.len());
+                        model.swap_remove(i);
+                    }
+                    3 if !model.is_empty() => {
+                        prop_assert_eq!(bits.take(i), model[i]);
+                        model[i] = false;
+                    }
+                    _ => {}
+                }
+                prop_assert_eq!(bits.0.len(), model.len().div_ceil(64));
+            }
+            for (i, &set) in model.iter().enumerate() {
+                prop_assert_eq!(bits.take(i), set);
+            }
+        }
+    }
 
     #[test]
     fn insert_replace_remove() {

@@ -22,12 +22,12 @@ use pages::{PAGES_PER_GRANULE, PageMap};
 const MIN_CLASS: u64 = 64;
 const MAX_SLAB_GRANULES: u64 = 8;
 
-/// One handed-out range: 24 bytes, since every stored block carries one (the index's cost
-/// per block is what #16 shrinks). What it reserves is derived from its kind and the
-/// allocator's geometry ([`Allocator::reserved`]) rather than stored.
+/// One handed-out range: 12 bytes, since every stored block carries one (the index's cost
+/// per block is what #16 shrinks). Where it starts and what it reserves are derived from its
+/// kind and the allocator's geometry ([`Allocator::offset`], [`Allocator::reserved`]) rather
+/// than stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Allocation {
-    pub offset: u64,
     kind: AllocKind,
 }
 
@@ -59,7 +59,6 @@ struct Slab {
 }
 
 struct SlabClass {
-    slot_size: u64,
     slab_granules: u64,
     slots_per_slab: u32,
     slabs: HashMap<u64, Slab>,
@@ -94,7 +93,6 @@ impl Allocator {
             .map(|&slot_size| {
                 let slab_granules = best_slab_granules(granule, slot_size);
                 Mutex::new(SlabClass {
-                    slot_size,
                     slab_granules,
                     slots_per_slab: ((slab_granules * granule) / slot_size) as u32,
                     slabs: HashMap::new(),
@@ -118,7 +116,6 @@ impl Allocator {
     pub fn allocate(&self, len: u64) -> Option<Allocation> {
         if len == 0 {
             return Some(Allocation {
-                offset: 0,
                 kind: AllocKind::Empty,
             });
         }
@@ -139,7 +136,6 @@ impl Allocator {
                 let count = len.div_ceil(self.granule);
                 let start = lock(&self.granules).take(count)?;
                 Allocation {
-                    offset: start * self.granule,
                     // Both below `granules_total`, which fits 32 bits.
                     kind: AllocKind::Granules {
                         start: start as u32,
@@ -151,6 +147,21 @@ impl Allocator {
         self.reserved
             .fetch_add(self.reserved(&alloc), Ordering::Relaxed);
         Some(alloc)
+    }
+
+    /// Where `alloc` starts in the arena.
+    pub fn offset(&self, alloc: &Allocation) -> u64 {
+        match alloc.kind {
+            AllocKind::Empty => 0,
+            AllocKind::Granules { start, .. } => u64::from(start) * self.granule,
+            AllocKind::Pages { granule, first, .. } => {
+                u64::from(granule) * self.granule + u64::from(first) * self.page_size
+            }
+            AllocKind::Slot { class, slab, slot } => {
+                u64::from(slab) * self.granule
+                    + u64::from(slot) * self.class_sizes[usize::from(class)]
+            }
+        }
     }
 
     /// Bytes reserved for `alloc`'s value (its class size, page run or granule run), at least
@@ -175,7 +186,6 @@ impl Allocator {
         };
         // A granule number fits 32 bits; pages within a granule number under 256.
         Some(Allocation {
-            offset: granule * self.granule + u64::from(first) * self.page_size,
             kind: AllocKind::Pages {
                 granule: granule as u32,
                 first: first as u8,
@@ -207,7 +217,6 @@ impl Allocator {
             c.partial.remove(&slab);
         }
         Some(Allocation {
-            offset: slab * self.granule + u64::from(slot) * c.slot_size,
             kind: AllocKind::Slot {
                 class: class as u8,
                 slab: slab as u32,
@@ -302,8 +311,8 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn an_allocation_is_24_bytes() {
-        assert_eq!(std::mem::size_of::<Allocation>(), 24);
+    fn an_allocation_is_12_bytes() {
+        assert_eq!(std::mem::size_of::<Allocation>(), 12);
     }
 
     #[test]
@@ -333,10 +342,11 @@ mod tests {
                 if let Some(al) = a.allocate(len) {
                     let (reserved, o_reserved) = (a.reserved(&al), |o: &Allocation| a.reserved(o));
                     prop_assert!(reserved >= len);
-                    prop_assert!(al.offset + reserved <= 40 * granule);
+                    let (at, o_at) = (a.offset(&al), |o: &Allocation| a.offset(o));
+                    prop_assert!(at + reserved <= 40 * granule);
                     for (o, olen) in &live {
                         let disjoint = reserved == 0 || *olen == 0
-                            || al.offset + reserved <= o.offset || o.offset + o_reserved(o) <= al.offset;
+                            || at + reserved <= o_at(o) || o_at(o) + o_reserved(o) <= at;
                         prop_assert!(disjoint, "{al:?} overlaps {o:?}");
                     }
                     live.push((al, len));

@@ -149,34 +149,41 @@ impl MemoryArena {
     }
 }
 
-/// Exclusive owner of `len` bytes at `offset` inside the arena; frees them on drop.
+/// Exclusive owner of `len` bytes at `offset` inside the arena; frees them on drop. Every
+/// memory-mode block holds one, so it is 24 bytes: the offset is derived from the allocation
+/// and the length stored as what the allocation reserves beyond it (under one granule, at most
+/// 1 GiB, so 32 bits).
 pub(crate) struct ArenaBlock {
     arena: Arc<MemoryArena>,
     alloc: Allocation,
-    len: usize,
+    slack: u32,
 }
 
 impl ArenaBlock {
     pub fn allocate(arena: &Arc<MemoryArena>, len: u64) -> Option<Self> {
         let alloc = arena.allocator.allocate(len)?;
-        debug_assert!(alloc.offset + arena.allocator.reserved(&alloc) <= arena.len as u64);
+        let reserved = arena.allocator.reserved(&alloc);
+        debug_assert!(arena.allocator.offset(&alloc) + reserved <= arena.len as u64);
+        let slack = u32::try_from(reserved - len)
+            .expect("an allocation reserves under a granule (at most 1 GiB) beyond its value");
         Some(Self {
             arena: Arc::clone(arena),
             alloc,
-            len: len as usize,
+            slack,
         })
     }
 
     pub fn offset(&self) -> u64 {
-        self.alloc.offset
+        self.arena.allocator.offset(&self.alloc)
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        (self.arena.allocator.reserved(&self.alloc) - u64::from(self.slack)) as usize
     }
 
     pub fn as_slice(&self) -> &[u8] {
-        if self.len == 0 {
+        let len = self.len();
+        if len == 0 {
             return &[];
         }
         // SAFETY: the range [offset, offset + len) lies inside the live mapping (the allocator
@@ -184,10 +191,7 @@ impl ArenaBlock {
         // mapping outlives `self` because we hold an `Arc` to the arena, and no `&mut` to this
         // range exists while `&self` is borrowed because this block is its only owner.
         unsafe {
-            std::slice::from_raw_parts(
-                self.arena.map.as_ptr().add(self.alloc.offset as usize),
-                self.len,
-            )
+            std::slice::from_raw_parts(self.arena.map.as_ptr().add(self.offset() as usize), len)
         }
     }
 
@@ -197,15 +201,16 @@ impl ArenaBlock {
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        if self.len == 0 {
+        let len = self.len();
+        if len == 0 {
             return &mut [];
         }
         // SAFETY: as in `as_slice`; additionally `&mut self` proves no other borrow of this
         // block's bytes is live, and no other block overlaps the range.
         unsafe {
             std::slice::from_raw_parts_mut(
-                self.arena.map.as_mut_ptr().add(self.alloc.offset as usize),
-                self.len,
+                self.arena.map.as_mut_ptr().add(self.offset() as usize),
+                len,
             )
         }
     }
