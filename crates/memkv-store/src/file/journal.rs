@@ -338,6 +338,23 @@ mod tests {
     use super::*;
     use crate::file::io::FileDrive;
 
+    /// A 1 MiB drive file for one test, removed when the guard drops.
+    struct TempFile(std::path::PathBuf);
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn journal_file(test: &str) -> (TempFile, Arc<dyn ExtentIo>) {
+        let path =
+            std::env::temp_dir().join(format!("memkv-journal-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let io = Arc::new(FileDrive::open(&path, Some(1 << 20), 0, true).unwrap());
+        (TempFile(path), io)
+    }
+
     fn commit(k: &str, n: u64) -> Record {
         Record::Commit(CommitRecord {
             key: k.as_bytes().into(),
@@ -349,10 +366,7 @@ mod tests {
 
     #[test]
     fn append_replay_compact_and_torn_tail() {
-        let path = std::env::temp_dir().join(format!("memkv-journal-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let io: Arc<dyn ExtentIo> =
-            Arc::new(FileDrive::open(&path, Some(1 << 20), 0, true).unwrap());
+        let (_file, io) = journal_file("basic");
         let half = 256 << 10;
         let mut j = Journal::format(io.clone(), 4096, half).unwrap();
         let recs = vec![
@@ -391,15 +405,11 @@ mod tests {
                 (commit("f", 5), 2)
             ]
         );
-        let _ = std::fs::remove_file(&path);
     }
 
     #[test]
     fn a_format_1_journal_with_batches_packed_into_pages_replays() {
-        let path = std::env::temp_dir().join(format!("memkv-journal-v1-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let io: Arc<dyn ExtentIo> =
-            Arc::new(FileDrive::open(&path, Some(1 << 20), 0, true).unwrap());
+        let (_file, io) = journal_file("v1");
         let half = 256 << 10;
         let j = Journal::format(io.clone(), 4096, half).unwrap();
         // What format 1 wrote: each batch right after the last, sharing its page.
@@ -418,15 +428,11 @@ mod tests {
                 (commit("c", 3), 3)
             ]
         );
-        let _ = std::fs::remove_file(&path);
     }
 
     #[test]
     fn garbage_in_the_newest_append_never_reaches_the_records_before_it() {
-        let path = std::env::temp_dir().join(format!("memkv-journal-torn-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let io: Arc<dyn ExtentIo> =
-            Arc::new(FileDrive::open(&path, Some(1 << 20), 0, true).unwrap());
+        let (_file, io) = journal_file("torn");
         let half = 256 << 10;
         let mut j = Journal::format(io.clone(), 4096, half).unwrap();
         j.append(&[commit("a", 1)], false).unwrap();
@@ -456,6 +462,5 @@ mod tests {
         let (_, got) = Journal::replay(io, 4096, half).unwrap();
         assert_eq!(got.len(), 4);
         assert_eq!(got[3], (commit("e", 1), 3));
-        let _ = std::fs::remove_file(&path);
     }
 }
