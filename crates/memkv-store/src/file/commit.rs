@@ -300,11 +300,17 @@ impl FileBackend {
     /// compacting between the two would drop records not yet in the index); not yet durable.
     fn write_records(&self, records: &[Record]) -> io::Result<()> {
         let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes = |key: &[u8], extents: usize| 64 + key.len() as u64 + 8 * extents as u64;
         let need: u64 = records
             .iter()
             .map(|r| match r {
-                Record::Commit(c) => 2 * (64 + c.key.len() as u64 + 8 * c.extents.len() as u64),
-                Record::Delete { key } => 64 + key.len() as u64,
+                // The record, and one that may supersede it: what the key holds without it (the
+                // index's value, which may have far more extents, or another of these records).
+                Record::Commit(c) => {
+                    let held = self.index.get(&c.key).map_or(0, |b| b.extents.ids.len());
+                    bytes(&c.key, c.extents.len()) + bytes(&c.key, c.extents.len().max(held))
+                }
+                Record::Delete { key } => bytes(key, 0),
             })
             .sum::<u64>()
             + 2 * PAGE;
