@@ -14,6 +14,11 @@ pub const MAX_WORK_REQUESTS_PER_OPERATION: usize = 65_536;
 /// messages already run at line rate.
 pub const MAX_MESSAGE_BYTES: u32 = 1 << 20;
 
+/// The message size to plan chunks with on a device whose port allows `device_max`.
+pub(crate) fn message_limit(device_max: u32) -> u32 {
+    device_max.min(MAX_MESSAGE_BYTES)
+}
+
 /// One block to move: `len` bytes between `local_offset` in the local region and `remote_addr`
 /// in the peer's region named by `rkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -87,11 +87,7 @@ impl DciPool {
                 limit: "a peer is used with the pool whose add_peer made it",
             });
         }
-        let max_msg = core
-            .device
-            .limits()
-            .max_msg_size
-            .min(crate::transfer::MAX_MESSAGE_BYTES);
+        let max_msg = crate::transfer::message_limit(core.device.limits().max_msg_size);
         let chunks = plan_chunks(local.addr(), local.len(), local.lkey(), transfers, max_msg)?;
         if chunks.is_empty() {
             return Ok(());

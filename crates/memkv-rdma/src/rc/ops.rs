@@ -79,11 +79,7 @@ impl RcQueuePair {
         transfers: &[Transfer],
     ) -> Result<(), RdmaError> {
         let core = &self.core;
-        let max_msg = core
-            .device
-            .limits()
-            .max_msg_size
-            .min(crate::transfer::MAX_MESSAGE_BYTES);
+        let max_msg = crate::transfer::message_limit(core.device.limits().max_msg_size);
         let chunks = plan_chunks(local.addr(), local.len(), local.lkey(), transfers, max_msg)?;
         let window =
             core.connection
