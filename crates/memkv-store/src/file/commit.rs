@@ -298,6 +298,7 @@ impl FileBackend {
     /// Appends `records` to the journal as a new batch (compacting it first when they would
     /// not fit, with room to spare for superseding every commit among them in the same batch:
     /// compacting between the two would drop records not yet in the index); not yet durable.
+    /// The room reserved covers both appends' page rounding.
     fn write_records(&self, records: &[Record]) -> io::Result<()> {
         let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
         let bytes = |key: &[u8], extents: usize| 64 + key.len() as u64 + 8 * extents as u64;
@@ -314,13 +315,12 @@ impl FileBackend {
             })
             .sum::<u64>()
             + 2 * PAGE;
-        if journal.space_left() < need {
+        journal.reserve(need, || {
             let mut live = Vec::new();
             self.index
                 .for_each(|key, b| live.push(commit_record(key, b)));
-            tracing::debug!(entries = live.len(), "compacting journal");
-            journal.compact(live.into_iter())?;
-        }
+            live
+        })?;
         if !records.is_empty() {
             journal.append(records, false)?;
         }

@@ -7,18 +7,31 @@
 //! durable, and only then writes that half's header: a crash at any point leaves one complete,
 //! consistent half. Writes are whole pages, which keeps the journal usable on O_DIRECT devices.
 //!
-//! Each append starts on a fresh page (format 2): a page that holds synced records is never
-//! written again, so a drive that tears a sector of an append into garbage loses only that
-//! unacknowledged append, never the records before it. Replay therefore reads the next record
-//! where the last one ended or, failing that, at the start of the next page, and only with the
-//! expected sequence number, so no record can be skipped. Format 1 packed batches into the
-//! partial tail page (rewritten with the same prefix); its journals replay the same way.
+//! Each append starts on a fresh page (since format 2): a page that holds synced records is
+//! never written again, so a drive that tears a sector of an append into garbage loses only that
+//! unacknowledged append, never the records before it.
 //!
-//! Record: checksum:u64 len:u32 kind:u8 pad[3] generation:u64 seq:u64 batch:u64 body[len],
-//! checksum = xxh3 of everything after the checksum field. `batch` numbers group commits: only
-//! the journal's final batch can have been cut short by a crash before its sync finished, so
-//! replay re-verifies the data of that batch alone (0 marks snapshot records, always durable). Commit body: key_len:u16 key value_len:u64
-//! value_checksum:u64 n:u32 extent ids[n]:u64. Delete body: key_len:u16 key.
+//! Each append is written twice, back to back, in the same write (format 3): copy A, padded to
+//! whole pages, then copy B, the same bytes. A record's header names the pages of one copy, so a
+//! record whose bytes went bad on the medium (a flipped bit in a synced sector) is read from the
+//! other copy at the same offset, and replay goes on past it instead of dropping every later
+//! record. When copy A's first record is unreadable, replay finds copy B as the first page
+//! boundary within [`MAX_COPY_BYTES`] holding that sequence number with a matching page count.
+//! Appends and snapshot chunks too large for two copies (the half nearly filled by the
+//! snapshot) are written once, with a page count of 0, as in formats 1 and 2.
+//!
+//! Replay reads the next record where the last one ended or, failing that, at the start of the
+//! next page, and only with the expected sequence number, so no record can be skipped. Format 1
+//! packed batches into the partial tail page (rewritten with the same prefix); its journals
+//! replay the same way. Stale records past the tail never match: every open compacts into a
+//! fresh generation before it appends.
+//!
+//! Record: checksum:u64 len:u32 kind:u8 copy_pages:u16 pad:u8 generation:u64 seq:u64
+//! batch:u64 body[len], checksum = xxh3 of everything after the checksum field. `batch` numbers
+//! group commits: only the journal's final batch can have been cut short by a crash before its
+//! sync finished, so replay re-verifies the data of that batch alone (0 marks snapshot records,
+//! always durable). Commit body: key_len:u16 key value_len:u64 value_checksum:u64 n:u32 extent
+//! ids[n]:u64. Delete body: key_len:u16 key.
 
 use std::io;
 use std::sync::Arc;
@@ -36,6 +49,9 @@ pub(crate) const MAX_BODY: usize = 2 + 1024 + 8 + 8 + 4 + 8 * MAX_EXTENTS_PER_VA
 pub(crate) const MAX_EXTENTS_PER_VALUE: usize = 16384;
 /// Bytes a live entry may take in a snapshot, not counting its extent ids.
 pub(crate) const SNAPSHOT_BYTES_PER_ENTRY: u64 = (HEADER + 2 + 1024 + 8 + 8 + 4) as u64;
+/// The largest copy of a mirrored append or snapshot chunk; bounds how far replay looks for a
+/// second copy, which it does once per open at the journal's end.
+const MAX_COPY_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CommitRecord {
@@ -51,8 +67,25 @@ pub(crate) enum Record {
     Delete { key: Box<[u8]> },
 }
 
+/// Where a record sits: the journal's generation, its sequence number, its group-commit batch
+/// and the pages of each copy of its append (0: written once).
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    generation: u64,
+    seq: u64,
+    batch: u64,
+    copy_pages: u16,
+}
+
 impl Record {
-    fn encode_into(&self, generation: u64, seq: u64, batch: u64, out: &mut Vec<u8>) {
+    fn encoded_len(&self) -> usize {
+        match self {
+            Record::Commit(c) => HEADER + 2 + c.key.len() + 20 + 8 * c.extents.len(),
+            Record::Delete { key } => HEADER + 2 + key.len(),
+        }
+    }
+
+    fn encode_into(&self, stamp: Stamp, out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(&[0; HEADER]);
         let (kind, key) = match self {
@@ -73,9 +106,10 @@ impl Record {
         let h = &mut out[start..start + HEADER];
         h[8..12].copy_from_slice(&body_len.to_le_bytes());
         h[12] = kind;
-        h[16..24].copy_from_slice(&generation.to_le_bytes());
-        h[24..32].copy_from_slice(&seq.to_le_bytes());
-        h[32..40].copy_from_slice(&batch.to_le_bytes());
+        h[13..15].copy_from_slice(&stamp.copy_pages.to_le_bytes());
+        h[16..24].copy_from_slice(&stamp.generation.to_le_bytes());
+        h[24..32].copy_from_slice(&stamp.seq.to_le_bytes());
+        h[32..40].copy_from_slice(&stamp.batch.to_le_bytes());
         let sum = xxhash_rust::xxh3::xxh3_64(&out[start + 8..]);
         out[start..start + 8].copy_from_slice(&sum.to_le_bytes());
     }
@@ -105,6 +139,31 @@ impl Record {
     }
 }
 
+/// Encodes `records` as one append (or snapshot chunk) at `seq` onwards: one copy, padded to
+/// whole pages, or two copies back to back. Returns the bytes to write.
+fn encode_append(records: &[Record], stamp: Stamp, copies: u64) -> Vec<u8> {
+    let len: usize = records.iter().map(Record::encoded_len).sum();
+    let copy_len = (len as u64).next_multiple_of(PAGE).max(PAGE);
+    let stamp = Stamp {
+        copy_pages: if copies == 2 {
+            (copy_len / PAGE) as u16
+        } else {
+            0
+        },
+        ..stamp
+    };
+    let mut buf = Vec::with_capacity((copies * copy_len) as usize);
+    for (i, r) in records.iter().enumerate() {
+        let seq = stamp.seq + i as u64;
+        r.encode_into(Stamp { seq, ..stamp }, &mut buf);
+    }
+    buf.resize(copy_len as usize, 0);
+    if copies == 2 {
+        buf.extend_from_within(..);
+    }
+    buf
+}
+
 /// The journal's write position. Owned by whoever holds the commit leadership.
 pub(crate) struct Journal {
     io: Arc<dyn ExtentIo>,
@@ -116,7 +175,11 @@ pub(crate) struct Journal {
     /// Byte offset within the active half where the last record ends; the next append starts
     /// at the page boundary at or after it.
     tail: u64,
+    /// Where the active half's snapshot ends: what a compaction would free is what lies after.
+    snapshot_end: u64,
     next_batch: u64,
+    /// Copies the current batch's appends get ([`Journal::reserve`]).
+    batch_copies: u64,
 }
 
 impl Journal {
@@ -131,9 +194,11 @@ impl Journal {
             generation: 0,
             next_seq: 0,
             tail: PAGE,
+            snapshot_end: PAGE,
             next_batch: 1,
+            batch_copies: 2,
         };
-        j.compact(std::iter::empty())?;
+        j.compact(Vec::new())?;
         Ok(j)
     }
 
@@ -159,23 +224,52 @@ impl Journal {
         let Some((generation, active)) = best else {
             return Err(StoreError::Corrupt("journal: no valid half header".into()));
         };
-        let mut reader = HalfReader::new(&*io, base + active * half_len, half_len);
+        let mut reader = HalfReader {
+            io: &*io,
+            base: base + active * half_len,
+            half_len,
+            generation,
+            buf: Vec::new(),
+            buf_at: 0,
+        };
         let mut records = Vec::new();
         let mut tail = PAGE;
-        let mut seq = 0u64;
+        let mut snapshot_end = PAGE;
         loop {
-            let mut found = reader.next(tail, generation, seq)?;
-            let mut at = tail;
-            if found.is_none() && tail % PAGE != 0 {
-                at = tail.next_multiple_of(PAGE);
-                found = reader.next(at, generation, seq)?;
-            }
-            let Some((rec, batch, len)) = found else {
-                break;
+            let seq = records.len() as u64;
+            let aligned = tail.next_multiple_of(PAGE);
+            // A record written once continues where the last one ended (format 1 also packed
+            // appends into one page); anything else starts an append on a fresh page.
+            let packed = match tail != aligned {
+                true => reader
+                    .record(tail, half_len, seq)?
+                    .filter(|r| r.copy_pages == 0),
+                false => None,
             };
-            records.push((rec, batch));
-            tail = at + len;
-            seq += 1;
+            if let Some(r) = packed {
+                tail += r.len;
+                records.push((r.record, r.batch));
+            } else {
+                let copy_pages = match reader.record(aligned, half_len, seq)? {
+                    Some(r) if r.copy_pages == 0 => {
+                        tail = aligned + r.len;
+                        records.push((r.record, r.batch));
+                        None
+                    }
+                    Some(r) => Some(u64::from(r.copy_pages)),
+                    None => match reader.second_copy(aligned, seq)? {
+                        Some(pages) => Some(pages),
+                        None => break,
+                    },
+                };
+                if let Some(pages) = copy_pages {
+                    reader.mirrored(aligned, pages * PAGE, &mut records)?;
+                    tail = aligned + 2 * pages * PAGE;
+                }
+            }
+            if records.last().is_some_and(|&(_, batch)| batch == 0) {
+                snapshot_end = tail.next_multiple_of(PAGE);
+            }
         }
         let journal = Self {
             io,
@@ -183,9 +277,11 @@ impl Journal {
             half_len,
             active,
             generation,
-            next_seq: seq,
+            next_seq: records.len() as u64,
             tail,
+            snapshot_end,
             next_batch: records.last().map_or(1, |(_, b)| b + 1),
+            batch_copies: 2,
         };
         Ok((journal, records))
     }
@@ -195,55 +291,116 @@ impl Journal {
         self.half_len - self.tail.next_multiple_of(PAGE)
     }
 
-    /// Appends records (not yet durable: the caller syncs the drive) as a new batch, or, with
-    /// `same_batch`, as more of the batch appended last: replay re-verifies the data of the
-    /// whole final batch, so records that amend a batch must carry its number.
-    pub fn append(&mut self, records: &[Record], same_batch: bool) -> io::Result<()> {
-        if same_batch {
-            self.next_batch -= 1;
+    /// Prepares for a batch whose appends (the batch and any amendment of it) hold at most
+    /// `bytes` of records, page rounding included: compacts first, with the records `live`
+    /// returns, when they would not fit, and gives them two copies when there is room. A half
+    /// the snapshot nearly fills takes single copies rather than compacting before every batch.
+    pub fn reserve(&mut self, bytes: u64, live: impl FnOnce() -> Vec<Record>) -> io::Result<()> {
+        let once = bytes.next_multiple_of(PAGE);
+        let left = self.space_left();
+        let compaction_frees = self.tail.next_multiple_of(PAGE) - self.snapshot_end;
+        if left < once || (left < 2 * once && compaction_frees >= once) {
+            let live = live();
+            tracing::debug!(entries = live.len(), "compacting journal");
+            self.compact(live)?;
         }
-        let page_start = self.tail.next_multiple_of(PAGE);
-        let half_base = self.base + self.active * self.half_len;
-        let mut buf = Vec::with_capacity(PAGE as usize);
-        for r in records {
-            r.encode_into(self.generation, self.next_seq, self.next_batch, &mut buf);
-            self.next_seq += 1;
-        }
-        self.next_batch += 1;
-        let new_tail = page_start + buf.len() as u64;
-        if new_tail.next_multiple_of(PAGE) > self.half_len {
-            return Err(io::Error::other("journal half overflow"));
-        }
-        buf.resize(buf.len().next_multiple_of(PAGE as usize), 0);
-        self.io.write_at(half_base + page_start, &buf)?;
-        self.tail = new_tail;
+        self.batch_copies = if once <= MAX_COPY_BYTES && self.space_left() >= 2 * once {
+            2
+        } else {
+            1
+        };
         Ok(())
     }
 
-    /// Rewrites the live set into the other half and switches to it, durably.
-    pub fn compact(&mut self, live: impl Iterator<Item = Record>) -> io::Result<()> {
+    /// Appends `records` (not yet durable: the caller syncs the drive) as a new batch, or, with
+    /// `same_batch`, as more of the batch appended last: replay re-verifies the data of the
+    /// whole final batch, so records that amend a batch must carry its number.
+    pub fn append(&mut self, records: &[Record], same_batch: bool) -> io::Result<()> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let batch = if same_batch {
+            self.next_batch - 1
+        } else {
+            self.next_batch
+        };
+        let page_start = self.tail.next_multiple_of(PAGE);
+        let len: u64 = records.iter().map(|r| r.encoded_len() as u64).sum();
+        let copy_len = len.next_multiple_of(PAGE);
+        let copies = if self.batch_copies == 2
+            && copy_len <= MAX_COPY_BYTES
+            && page_start + 2 * copy_len <= self.half_len
+        {
+            2
+        } else {
+            1
+        };
+        if page_start + copy_len > self.half_len {
+            return Err(io::Error::other("journal half overflow"));
+        }
+        let stamp = Stamp {
+            generation: self.generation,
+            seq: self.next_seq,
+            batch,
+            copy_pages: 0,
+        };
+        let buf = encode_append(records, stamp, copies);
+        let half_base = self.base + self.active * self.half_len;
+        self.io.write_at(half_base + page_start, &buf)?;
+        self.next_seq += records.len() as u64;
+        self.next_batch = batch + 1;
+        self.tail = if copies == 2 {
+            page_start + buf.len() as u64
+        } else {
+            page_start + len
+        };
+        Ok(())
+    }
+
+    /// Rewrites the live set into the other half and switches to it, durably. The snapshot is
+    /// written in chunks of at most [`MAX_COPY_BYTES`], each in two copies when both copies of
+    /// the whole snapshot take at most half of the half (so appends keep room after it).
+    pub fn compact(&mut self, live: Vec<Record>) -> io::Result<()> {
         let target = 1 - self.active;
         let generation = self.generation + 1;
         let half_base = self.base + target * self.half_len;
-        let mut buf = Vec::with_capacity(1 << 20);
+        let chunks = chunk_bounds(&live);
+        let copy_bytes: u64 = chunks
+            .iter()
+            .map(|c| (c.1 as u64).next_multiple_of(PAGE).max(PAGE))
+            .sum::<u64>()
+            .max(PAGE);
+        let copies = if PAGE + 2 * copy_bytes <= self.half_len / 2 {
+            2
+        } else {
+            1
+        };
         let mut written = PAGE;
+        let mut tail = PAGE;
         let mut seq = 0;
-        for r in live {
-            r.encode_into(generation, seq, 0, &mut buf);
-            seq += 1;
-            if buf.len() >= 1 << 20 {
-                let whole = buf.len() / PAGE as usize * PAGE as usize;
-                self.write_checked(half_base, written, &buf[..whole])?;
-                written += whole as u64;
-                buf.drain(..whole);
-            }
+        if live.is_empty() {
+            // Zeros where the first record would go, so nothing stale is read there.
+            self.write_checked(half_base, written, &[0; PAGE as usize])?;
         }
-        let tail = written + buf.len() as u64;
-        buf.resize(
-            buf.len().next_multiple_of(PAGE as usize).max(PAGE as usize),
-            0,
-        );
-        self.write_checked(half_base, written, &buf)?;
+        let mut start = 0;
+        for &(end, len) in &chunks {
+            let stamp = Stamp {
+                generation,
+                seq,
+                batch: 0,
+                copy_pages: 0,
+            };
+            let buf = encode_append(&live[start..end], stamp, copies);
+            self.write_checked(half_base, written, &buf)?;
+            tail = if copies == 2 {
+                written + buf.len() as u64
+            } else {
+                written + len as u64
+            };
+            written += buf.len() as u64;
+            seq += (end - start) as u64;
+            start = end;
+        }
         self.io.sync()?;
         let mut header = vec![0u8; PAGE as usize];
         header[..8].copy_from_slice(HALF_MAGIC);
@@ -256,6 +413,7 @@ impl Journal {
         self.generation = generation;
         self.next_seq = seq;
         self.tail = tail;
+        self.snapshot_end = tail.next_multiple_of(PAGE);
         self.next_batch = 1;
         Ok(())
     }
@@ -268,30 +426,44 @@ impl Journal {
     }
 }
 
-/// Sequential reader over one half, fetching 1 MiB at a time.
+/// Splits a snapshot into chunks of at most [`MAX_COPY_BYTES`] of records: (end index, bytes).
+fn chunk_bounds(live: &[Record]) -> Vec<(usize, usize)> {
+    let mut chunks = Vec::new();
+    let mut len = 0;
+    for (i, r) in live.iter().enumerate() {
+        let n = r.encoded_len();
+        if len > 0 && (len + n) as u64 > MAX_COPY_BYTES {
+            chunks.push((i, len));
+            len = 0;
+        }
+        len += n;
+    }
+    if len > 0 {
+        chunks.push((live.len(), len));
+    }
+    chunks
+}
+
+/// A record read back, with its place in the journal.
+struct Found {
+    record: Record,
+    batch: u64,
+    len: u64,
+    copy_pages: u16,
+}
+
+/// Sequential reader over one half of one generation, fetching 1 MiB at a time.
 struct HalfReader<'a> {
     io: &'a dyn ExtentIo,
     base: u64,
     half_len: u64,
+    generation: u64,
     buf: Vec<u8>,
     buf_at: u64,
 }
 
-impl<'a> HalfReader<'a> {
-    fn new(io: &'a dyn ExtentIo, base: u64, half_len: u64) -> Self {
-        Self {
-            io,
-            base,
-            half_len,
-            buf: Vec::new(),
-            buf_at: 0,
-        }
-    }
-
-    fn bytes(&mut self, at: u64, n: usize) -> io::Result<Option<&[u8]>> {
-        if at + n as u64 > self.half_len {
-            return Ok(None);
-        }
+impl HalfReader<'_> {
+    fn bytes(&mut self, at: u64, n: usize) -> io::Result<&[u8]> {
         let end = self.buf_at + self.buf.len() as u64;
         if at < self.buf_at || at + n as u64 > end {
             let len = ((1u64 << 20).max(n as u64)).min(self.half_len - at) as usize;
@@ -300,36 +472,87 @@ impl<'a> HalfReader<'a> {
             self.buf_at = at;
         }
         let off = (at - self.buf_at) as usize;
-        Ok(Some(&self.buf[off..off + n]))
+        Ok(&self.buf[off..off + n])
     }
 
-    /// The record at `at` if it is intact and belongs to this generation and sequence.
-    fn next(
-        &mut self,
-        at: u64,
-        generation: u64,
-        seq: u64,
-    ) -> io::Result<Option<(Record, u64, u64)>> {
-        let Some(h) = self.bytes(at, HEADER)? else {
+    /// The record at `at` if it is intact, ends by `limit` and has this generation and `seq`.
+    fn record(&mut self, at: u64, limit: u64, seq: u64) -> io::Result<Option<Found>> {
+        let limit = limit.min(self.half_len);
+        if at + HEADER as u64 > limit {
             return Ok(None);
-        };
+        }
+        let generation = self.generation;
+        let h = self.bytes(at, HEADER)?;
         let body_len = u32::from_le_bytes(h[8..12].try_into().unwrap()) as usize;
         let kind = h[12];
+        let copy_pages = u16::from_le_bytes(h[13..15].try_into().unwrap());
         let rec_gen = u64::from_le_bytes(h[16..24].try_into().unwrap());
         let rec_seq = u64::from_le_bytes(h[24..32].try_into().unwrap());
         let batch = u64::from_le_bytes(h[32..40].try_into().unwrap());
-        if body_len > MAX_BODY || rec_gen != generation || rec_seq != seq {
+        let len = (HEADER + body_len) as u64;
+        if body_len > MAX_BODY || rec_gen != generation || rec_seq != seq || at + len > limit {
             return Ok(None);
         }
-        let Some(all) = self.bytes(at, HEADER + body_len)? else {
-            return Ok(None);
-        };
+        let all = self.bytes(at, len as usize)?;
         let sum = u64::from_le_bytes(all[..8].try_into().unwrap());
         if xxhash_rust::xxh3::xxh3_64(&all[8..]) != sum {
             return Ok(None);
         }
-        let len = (HEADER + body_len) as u64;
-        Ok(Record::decode_body(kind, &all[HEADER..]).map(|r| (r, batch, len)))
+        Ok(
+            Record::decode_body(kind, &all[HEADER..]).map(|record| Found {
+                record,
+                batch,
+                len,
+                copy_pages,
+            }),
+        )
+    }
+
+    /// The pages of one copy of a mirrored append starting at `at` whose first copy is
+    /// unreadable there: found as its second copy, the first page boundary after `at` holding
+    /// `seq` with a page count equal to its distance from `at`.
+    fn second_copy(&mut self, at: u64, seq: u64) -> io::Result<Option<u64>> {
+        for pages in 1..=MAX_COPY_BYTES / PAGE {
+            let copy = at + pages * PAGE;
+            let limit = (copy + pages * PAGE).min(self.half_len);
+            if copy >= self.half_len {
+                break;
+            }
+            if let Some(r) = self.record(copy, limit, seq)?
+                && u64::from(r.copy_pages) == pages
+            {
+                return Ok(Some(pages));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads the records of the mirrored append at `at` whose copies are `copy_len` bytes each:
+    /// each record from copy A or, where A's is damaged, from copy B at the same offset.
+    fn mirrored(
+        &mut self,
+        at: u64,
+        copy_len: u64,
+        records: &mut Vec<(Record, u64)>,
+    ) -> io::Result<()> {
+        let pages = (copy_len / PAGE) as u16;
+        let mut offset = 0;
+        loop {
+            let seq = records.len() as u64;
+            let mut found = self
+                .record(at + offset, at + copy_len, seq)?
+                .filter(|r| r.copy_pages == pages);
+            if found.is_none() {
+                found = self
+                    .record(at + copy_len + offset, at + 2 * copy_len, seq)?
+                    .filter(|r| r.copy_pages == pages);
+            }
+            let Some(r) = found else {
+                return Ok(());
+            };
+            offset += r.len;
+            records.push((r.record, r.batch));
+        }
     }
 }
 
@@ -337,8 +560,9 @@ impl<'a> HalfReader<'a> {
 mod tests {
     use super::*;
     use crate::file::io::FileDrive;
+    use proptest::prelude::*;
 
-    /// A 1 MiB drive file for one test, removed when the guard drops.
+    /// A 4 MiB drive file for one test, removed when the guard drops.
     struct TempFile(std::path::PathBuf);
 
     impl Drop for TempFile {
@@ -348,12 +572,16 @@ mod tests {
     }
 
     fn journal_file(test: &str) -> (TempFile, Arc<dyn ExtentIo>) {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path =
-            std::env::temp_dir().join(format!("memkv-journal-{test}-{}", std::process::id()));
+            std::env::temp_dir().join(format!("memkv-journal-{test}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let io = Arc::new(FileDrive::open(&path, Some(1 << 20), 0, true).unwrap());
+        let io = Arc::new(FileDrive::open(&path, Some(4 << 20), 0, true).unwrap());
         (TempFile(path), io)
     }
+
+    const HALF: u64 = 1 << 20;
 
     fn commit(k: &str, n: u64) -> Record {
         Record::Commit(CommitRecord {
@@ -364,11 +592,22 @@ mod tests {
         })
     }
 
+    fn replayed(io: &Arc<dyn ExtentIo>) -> Vec<(Record, u64)> {
+        Journal::replay(Arc::clone(io), PAGE, HALF).unwrap().1
+    }
+
+    /// Flips one bit `at` bytes into the active half.
+    fn flip(io: &Arc<dyn ExtentIo>, j: &Journal, at: u64) {
+        let mut b = [0u8];
+        let at = PAGE + j.active * HALF + at;
+        io.read_at(at, &mut b).unwrap();
+        io.write_at(at, &[b[0] ^ 0x10]).unwrap();
+    }
+
     #[test]
     fn append_replay_compact_and_torn_tail() {
         let (_file, io) = journal_file("basic");
-        let half = 256 << 10;
-        let mut j = Journal::format(io.clone(), 4096, half).unwrap();
+        let mut j = Journal::format(io.clone(), PAGE, HALF).unwrap();
         let recs = vec![
             commit("a", 1),
             Record::Delete {
@@ -376,28 +615,27 @@ mod tests {
             },
         ];
         j.append(&recs, false).unwrap();
+        let last_append = j.tail;
         j.append(&[commit("b", 3)], false).unwrap();
-        let (mut j2, got) = Journal::replay(io.clone(), 4096, half).unwrap();
+        let (mut j2, got) = Journal::replay(io.clone(), PAGE, HALF).unwrap();
         let want = vec![
             (recs[0].clone(), 1),
             (recs[1].clone(), 1),
             (commit("b", 3), 2),
         ];
         assert_eq!(got, want);
-        // Tear the last record: replay stops before it.
-        let torn_at = 4096 + j2.active * half + j2.tail - 3;
-        io.write_at(torn_at, &[0xff]).unwrap();
-        let (_, got) = Journal::replay(io.clone(), 4096, half).unwrap();
-        assert_eq!(got.len(), 2);
-        j2.compact([commit("c", 2)].into_iter()).unwrap();
+        assert_eq!(j2.tail, j.tail);
+        // Tear both copies of the last append (it was never synced): replay stops before it.
+        flip(&io, &j2, last_append + 50);
+        flip(&io, &j2, last_append + PAGE + 50);
+        assert_eq!(replayed(&io).len(), 2);
+        j2.compact(vec![commit("c", 2)]).unwrap();
         j2.append(&[commit("d", 1)], false).unwrap();
-        // Amending the last batch keeps its number, so replay re-verifies all of it; the page
-        // cached from the last write is what the amendment extends.
+        // Amending the last batch keeps its number, so replay re-verifies all of it.
         j2.append(&[commit("e", 4)], true).unwrap();
         j2.append(&[commit("f", 5)], false).unwrap();
-        let (_, got) = Journal::replay(io, 4096, half).unwrap();
         assert_eq!(
-            got,
+            replayed(&io),
             vec![
                 (commit("c", 2), 0),
                 (commit("d", 1), 1),
@@ -410,18 +648,26 @@ mod tests {
     #[test]
     fn a_format_1_journal_with_batches_packed_into_pages_replays() {
         let (_file, io) = journal_file("v1");
-        let half = 256 << 10;
-        let j = Journal::format(io.clone(), 4096, half).unwrap();
-        // What format 1 wrote: each batch right after the last, sharing its page.
+        let j = Journal::format(io.clone(), PAGE, HALF).unwrap();
+        // What format 1 wrote: each batch right after the last, sharing its page, one copy.
         let mut packed = Vec::new();
-        commit("a", 1).encode_into(j.generation, 0, 1, &mut packed);
-        commit("b", 2).encode_into(j.generation, 1, 2, &mut packed);
-        commit("c", 3).encode_into(j.generation, 2, 3, &mut packed);
+        for (seq, r) in [commit("a", 1), commit("b", 2), commit("c", 3)]
+            .iter()
+            .enumerate()
+        {
+            let seq = seq as u64;
+            let stamp = Stamp {
+                generation: j.generation,
+                seq,
+                batch: seq + 1,
+                copy_pages: 0,
+            };
+            r.encode_into(stamp, &mut packed);
+        }
         packed.resize(PAGE as usize, 0);
-        io.write_at(4096 + j.active * half + PAGE, &packed).unwrap();
-        let (_, got) = Journal::replay(io, 4096, half).unwrap();
+        io.write_at(PAGE + j.active * HALF + PAGE, &packed).unwrap();
         assert_eq!(
-            got,
+            replayed(&io),
             vec![
                 (commit("a", 1), 1),
                 (commit("b", 2), 2),
@@ -433,22 +679,20 @@ mod tests {
     #[test]
     fn garbage_in_the_newest_append_never_reaches_the_records_before_it() {
         let (_file, io) = journal_file("torn");
-        let half = 256 << 10;
-        let mut j = Journal::format(io.clone(), 4096, half).unwrap();
+        let mut j = Journal::format(io.clone(), PAGE, HALF).unwrap();
         j.append(&[commit("a", 1)], false).unwrap();
         j.append(&[commit("b", 2), commit("c", 3)], false).unwrap();
-        let first_page_end = j.tail.next_multiple_of(PAGE);
+        let newest = j.tail;
         j.append(&[commit("d", 600)], false).unwrap();
-        assert!(
-            j.tail > first_page_end + PAGE,
-            "the last record spans pages"
-        );
-        let half_base = 4096 + j.active * half;
-        // The drive tore the newest append's first sector into garbage: the records before it,
-        // on pages that were never written again, all replay.
-        io.write_at(half_base + first_page_end, &[0xa5; 512])
+        let copy = (j.tail - newest) / 2;
+        assert!(copy > PAGE, "the last record spans pages");
+        let half_base = PAGE + j.active * HALF;
+        // The drive tore the newest append's first sector into garbage in both copies: the
+        // records before it, on pages that were never written again, all replay.
+        io.write_at(half_base + newest, &[0xa5; 512]).unwrap();
+        io.write_at(half_base + newest + copy, &[0xa5; 512])
             .unwrap();
-        let (mut j2, got) = Journal::replay(io.clone(), 4096, half).unwrap();
+        let (mut j2, got) = Journal::replay(io.clone(), PAGE, HALF).unwrap();
         assert_eq!(
             got,
             vec![
@@ -459,8 +703,109 @@ mod tests {
         );
         // The next append goes where the torn one was and replays after them.
         j2.append(&[commit("e", 1)], false).unwrap();
-        let (_, got) = Journal::replay(io, 4096, half).unwrap();
+        let got = replayed(&io);
         assert_eq!(got.len(), 4);
         assert_eq!(got[3], (commit("e", 1), 3));
+    }
+
+    #[test]
+    fn a_damaged_record_is_read_from_its_second_copy_and_replay_goes_on() {
+        let (_file, io) = journal_file("mirror");
+        let mut j = Journal::format(io.clone(), PAGE, HALF).unwrap();
+        j.compact(vec![commit("s", 1), commit("t", 2)]).unwrap();
+        let batch_at = j.tail;
+        j.append(&[commit("a", 1), commit("b", 2), commit("c", 3)], false)
+            .unwrap();
+        j.append(&[commit("d", 4)], false).unwrap();
+        let want = replayed(&io);
+        assert_eq!(want.len(), 6);
+        // Copy A of the snapshot's first record (found through copy B), copy A of the batch's
+        // second record, and copy B of its third: every record still has one good copy.
+        flip(&io, &j, PAGE + 3);
+        let second = batch_at + commit("a", 1).encoded_len() as u64 + 45;
+        flip(&io, &j, second);
+        let third = batch_at + PAGE + (commit("a", 1).encoded_len() * 2) as u64 + 45;
+        flip(&io, &j, third);
+        assert_eq!(replayed(&io), want);
+        // Both copies of one record bad: replay stops there, before it, never past it.
+        flip(&io, &j, second + PAGE);
+        assert_eq!(replayed(&io), want[..3]);
+    }
+
+    #[test]
+    fn a_half_the_snapshot_fills_takes_single_copies_instead_of_compacting_each_batch() {
+        let (_file, io) = journal_file("single");
+        let mut j = Journal::format(io.clone(), PAGE, HALF).unwrap();
+        // Each record about 50 KiB: 9 of them are more than a quarter of the half.
+        let live: Vec<Record> = (0..9).map(|i| commit(&format!("k{i}"), 6000)).collect();
+        j.compact(live.clone()).unwrap();
+        assert_eq!(
+            j.tail,
+            PAGE + live.iter().map(|r| r.encoded_len() as u64).sum::<u64>()
+        );
+        let generation = j.generation;
+        let need = 300 << 10;
+        j.reserve(need, || unreachable!("nothing to compact away"))
+            .unwrap();
+        assert_eq!(j.batch_copies, 1, "two copies would not fit");
+        j.append(&[commit("x", 1)], false).unwrap();
+        // A batch that does not fit even once compacts; the half has room for two copies then.
+        let mut compacted = false;
+        j.reserve(600 << 10, || {
+            compacted = true;
+            vec![commit("y", 1)]
+        })
+        .unwrap();
+        assert!(compacted && j.generation == generation + 1);
+        j.reserve(PAGE, || unreachable!("room enough")).unwrap();
+        assert_eq!(j.batch_copies, 2);
+        j.append(&[commit("z", 1)], false).unwrap();
+        assert_eq!(
+            replayed(&io),
+            vec![(commit("y", 1), 0), (commit("z", 1), 1)]
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Appends of random records, each with one flipped bit in one copy of some records:
+        /// replay always returns every record, in order.
+        #[test]
+        fn one_bad_copy_per_record_loses_nothing(
+            appends in prop::collection::vec(
+                prop::collection::vec((0u64..300, any::<bool>(), any::<bool>(), 0usize..2000), 1..5),
+                1..8,
+            ),
+        ) {
+            let (_file, io) = journal_file("prop");
+            let mut j = Journal::format(io.clone(), PAGE, HALF).unwrap();
+            let mut want = Vec::new();
+            let mut flips = Vec::new();
+            for (batch, records) in appends.iter().enumerate() {
+                let at = j.tail.next_multiple_of(PAGE);
+                let recs: Vec<Record> = records
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(n, ..))| commit(&format!("k{batch}.{i}"), n))
+                    .collect();
+                j.reserve(32 << 10, || unreachable!("the half has room")).unwrap();
+                j.append(&recs, false).unwrap();
+                let copy = (j.tail - at) / 2;
+                let mut offset = 0;
+                for (r, &(_, damaged, in_b, byte)) in recs.iter().zip(records) {
+                    let len = r.encoded_len() as u64;
+                    if damaged {
+                        flips.push(at + offset + (byte as u64 % len) + if in_b { copy } else { 0 });
+                    }
+                    offset += len;
+                    want.push((r.clone(), batch as u64 + 1));
+                }
+            }
+            for at in flips {
+                flip(&io, &j, at);
+            }
+            prop_assert_eq!(replayed(&io), want);
+        }
     }
 }

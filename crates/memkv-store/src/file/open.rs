@@ -137,7 +137,7 @@ pub(super) fn open(
             extents: b.extents.ids.to_vec(),
         }))
     });
-    journal.compact(snapshot.into_iter())?;
+    journal.compact(snapshot)?;
     upgrade_superblocks(&drives, &sbs)?;
     tracing::info!(
         drives = drives.len(),

@@ -15,7 +15,9 @@ pub(crate) const MAGIC: &[u8; 8] = b"MEMKVSB\0";
 /// Format written by this build; older versions are read, and upgraded when opened.
 /// 2: every journal append starts on a fresh page (a build that reads only format 1 would stop
 /// replaying at the first page boundary a batch skipped to, so it must refuse these drives).
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// 3: every journal append is written in two copies (a build that reads only format 2 would
+/// stop at the second copy, whose sequence numbers it has already read).
+pub(crate) const FORMAT_VERSION: u32 = 3;
 /// Set on every drive's superblock until the format has finished, which drive 0's superblock
 /// without it marks; a store whose drive 0 is blank or still has it never held a value.
 pub(crate) const FLAG_FORMATTING: u32 = 1;
@@ -185,11 +187,11 @@ mod tests {
         assert!(matches!(
             e,
             StoreError::UnsupportedVersion {
-                found: 3,
-                supported: 2
+                found: 4,
+                supported: 3
             }
         ));
         let msg = e.to_string();
-        assert!(msg.contains('3') && msg.contains('2'), "{msg}");
+        assert!(msg.contains('4') && msg.contains('3'), "{msg}");
     }
 }
