@@ -583,9 +583,14 @@ impl Store {
         }
     }
 
-    /// Flushes and refuses further writes. Reads keep working until the store is dropped.
+    /// Flushes and refuses further writes; in file mode it also seals the journal, so the next
+    /// open trusts the last writes instead of re-verifying them. Reads keep working until the
+    /// store is dropped.
     pub fn close(&self) -> Result<()> {
         self.inner.closed.store(true, Ordering::Release);
-        self.flush()
+        match &self.inner.backend {
+            Backend::Memory(_) => Ok(()),
+            Backend::File(f) => f.close(),
+        }
     }
 }

@@ -130,6 +130,34 @@ impl FileBackend {
         ticket
     }
 
+    /// Seals the journal for a clean close: takes the leadership once no batch is in flight,
+    /// so every batch journaled so far has been synced, and appends a seal (then syncs it), so
+    /// replay takes the final batch as written rather than re-verifying its bytes. Ops queued
+    /// meanwhile are led afterwards, after the seal.
+    pub(crate) fn seal(&self) -> Result<()> {
+        let gc = &self.group;
+        let mut q = gc.queue.lock().unwrap_or_else(|p| p.into_inner());
+        while q.leader_active {
+            q = gc.wake.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+        q.leader_active = true;
+        drop(q);
+        let sealed = match self.failed.load(Ordering::Acquire) {
+            true => Ok(()),
+            false => self
+                .journal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .seal()
+                .and_then(|()| self.drives[0].sync()),
+        };
+        let mut q = gc.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.leader_active = false;
+        gc.wake.notify_all();
+        drop(q);
+        sealed.map_err(StoreError::Io)
+    }
+
     /// Waits until the op queued as `ticket` is durable and applied, leading batches while no
     /// one else does.
     pub(crate) fn wait_for(&self, ticket: u64) -> Result<bool> {

@@ -30,8 +30,11 @@
 //! batch:u64 body[len], checksum = xxh3 of everything after the checksum field. `batch` numbers
 //! group commits: only the journal's final batch can have been cut short by a crash before its
 //! sync finished, so replay re-verifies the data of that batch alone (0 marks snapshot records,
-//! always durable). Commit body: key_len:u16 key value_len:u64 value_checksum:u64 n:u32 extent
-//! ids[n]:u64. Delete body: key_len:u16 key.
+//! always durable), unless a seal follows it: a clean close appends one once every batch is
+//! synced, so a value of the final batch whose bytes later go bad on the medium is caught by
+//! its checksum when read (a miss) instead of being taken for a write the crash cut short (the
+//! key's previous value). Commit body: key_len:u16 key value_len:u64 value_checksum:u64 n:u32
+//! extent ids[n]:u64. Delete body: key_len:u16 key. Seal body: empty.
 
 use std::io;
 use std::sync::Arc;
@@ -44,6 +47,7 @@ const HALF_MAGIC: &[u8; 8] = b"MKVJHALF";
 const HEADER: usize = 40;
 const KIND_COMMIT: u8 = 1;
 const KIND_DELETE: u8 = 2;
+const KIND_SEAL: u8 = 3;
 /// Upper bound of one record's body; values are limited so their extent lists fit.
 pub(crate) const MAX_BODY: usize = 2 + 1024 + 8 + 8 + 4 + 8 * MAX_EXTENTS_PER_VALUE;
 pub(crate) const MAX_EXTENTS_PER_VALUE: usize = 16384;
@@ -65,6 +69,13 @@ pub(crate) struct CommitRecord {
 pub(crate) enum Record {
     Commit(CommitRecord),
     Delete { key: Box<[u8]> },
+}
+
+/// What a journal record holds: an index change, or a seal (every batch before it is durable).
+#[derive(Debug)]
+enum Entry {
+    Record(Record),
+    Seal,
 }
 
 /// Where a record sits: the journal's generation, its sequence number, its group-commit batch
@@ -114,28 +125,32 @@ impl Record {
         out[start..start + 8].copy_from_slice(&sum.to_le_bytes());
     }
 
-    fn decode_body(kind: u8, body: &[u8]) -> Option<Record> {
+    fn decode_body(kind: u8, body: &[u8]) -> Option<Entry> {
+        if kind == KIND_SEAL {
+            return body.is_empty().then_some(Entry::Seal);
+        }
         let key_len = u16::from_le_bytes(body.get(..2)?.try_into().ok()?) as usize;
         let key: Box<[u8]> = body.get(2..2 + key_len)?.into();
         let rest = &body[2 + key_len..];
         let u64_at = |o: usize| Some(u64::from_le_bytes(rest.get(o..o + 8)?.try_into().ok()?));
-        match kind {
-            KIND_DELETE if rest.is_empty() => Some(Record::Delete { key }),
+        let record = match kind {
+            KIND_DELETE if rest.is_empty() => Record::Delete { key },
             KIND_COMMIT => {
                 let n = u32::from_le_bytes(rest.get(16..20)?.try_into().ok()?) as usize;
                 if rest.len() != 20 + 8 * n {
                     return None;
                 }
                 let extents = (0..n).map(|i| u64_at(20 + 8 * i)).collect::<Option<_>>()?;
-                Some(Record::Commit(CommitRecord {
+                Record::Commit(CommitRecord {
                     key,
                     len: u64_at(0)?,
                     checksum: u64_at(8)?,
                     extents,
-                }))
+                })
             }
-            _ => None,
-        }
+            _ => return None,
+        };
+        Some(Entry::Record(record))
     }
 }
 
@@ -180,6 +195,8 @@ pub(crate) struct Journal {
     next_batch: u64,
     /// Copies the current batch's appends get ([`Journal::reserve`]).
     batch_copies: u64,
+    /// Replay ended on a seal: the final batch was synced, its bytes need no re-verifying.
+    replayed_sealed: bool,
 }
 
 impl Journal {
@@ -197,6 +214,7 @@ impl Journal {
             snapshot_end: PAGE,
             next_batch: 1,
             batch_copies: 2,
+            replayed_sealed: false,
         };
         j.compact(Vec::new())?;
         Ok(j)
@@ -232,11 +250,11 @@ impl Journal {
             buf: Vec::new(),
             buf_at: 0,
         };
-        let mut records = Vec::new();
+        let mut replayed = Replayed::default();
         let mut tail = PAGE;
         let mut snapshot_end = PAGE;
         loop {
-            let seq = records.len() as u64;
+            let seq = replayed.next_seq;
             let aligned = tail.next_multiple_of(PAGE);
             // A record written once continues where the last one ended (format 1 also packed
             // appends into one page); anything else starts an append on a fresh page.
@@ -248,12 +266,12 @@ impl Journal {
             };
             if let Some(r) = packed {
                 tail += r.len;
-                records.push((r.record, r.batch));
+                replayed.push(r);
             } else {
                 let copy_pages = match reader.record(aligned, half_len, seq)? {
                     Some(r) if r.copy_pages == 0 => {
                         tail = aligned + r.len;
-                        records.push((r.record, r.batch));
+                        replayed.push(r);
                         None
                     }
                     Some(r) => Some(u64::from(r.copy_pages)),
@@ -263,27 +281,76 @@ impl Journal {
                     },
                 };
                 if let Some(pages) = copy_pages {
-                    reader.mirrored(aligned, pages * PAGE, &mut records)?;
+                    reader.mirrored(aligned, pages * PAGE, &mut replayed)?;
                     tail = aligned + 2 * pages * PAGE;
                 }
             }
-            if records.last().is_some_and(|&(_, batch)| batch == 0) {
+            if replayed
+                .records
+                .last()
+                .is_some_and(|&(_, batch)| batch == 0)
+            {
                 snapshot_end = tail.next_multiple_of(PAGE);
             }
         }
+        let Replayed {
+            records,
+            next_seq,
+            sealed,
+        } = replayed;
         let journal = Self {
             io,
             base,
             half_len,
             active,
             generation,
-            next_seq: records.len() as u64,
+            next_seq,
             tail,
             snapshot_end,
             next_batch: records.last().map_or(1, |(_, b)| b + 1),
             batch_copies: 2,
+            replayed_sealed: sealed,
         };
         Ok((journal, records))
+    }
+
+    /// Whether the replayed journal ended with a seal ([`Journal::seal`]).
+    pub fn replayed_sealed(&self) -> bool {
+        self.replayed_sealed
+    }
+
+    /// Appends a seal: the caller has synced every batch appended so far (a clean close), so
+    /// replay may take the final batch as it is. Not durable until the caller syncs. Nothing
+    /// is appended when no batch follows the snapshot or the half has no page left.
+    pub fn seal(&mut self) -> io::Result<()> {
+        let page_start = self.tail.next_multiple_of(PAGE);
+        if self.next_batch == 1 || page_start + PAGE > self.half_len {
+            return Ok(());
+        }
+        let copies = if page_start + 2 * PAGE <= self.half_len {
+            2
+        } else {
+            1
+        };
+        let mut buf = vec![0; HEADER];
+        buf[12] = KIND_SEAL;
+        if copies == 2 {
+            buf[13..15].copy_from_slice(&1u16.to_le_bytes());
+        }
+        buf[16..24].copy_from_slice(&self.generation.to_le_bytes());
+        buf[24..32].copy_from_slice(&self.next_seq.to_le_bytes());
+        buf[32..40].copy_from_slice(&(self.next_batch - 1).to_le_bytes());
+        let sum = xxhash_rust::xxh3::xxh3_64(&buf[8..]);
+        buf[..8].copy_from_slice(&sum.to_le_bytes());
+        buf.resize(PAGE as usize, 0);
+        if copies == 2 {
+            buf.extend_from_within(..);
+        }
+        let half_base = self.base + self.active * self.half_len;
+        self.io.write_at(half_base + page_start, &buf)?;
+        self.next_seq += 1;
+        self.tail = page_start + if copies == 2 { 2 * PAGE } else { HEADER as u64 };
+        Ok(())
     }
 
     /// Bytes still free in the active half.
@@ -444,9 +511,30 @@ fn chunk_bounds(live: &[Record]) -> Vec<(usize, usize)> {
     chunks
 }
 
+/// What replay has read so far.
+#[derive(Default)]
+struct Replayed {
+    records: Vec<(Record, u64)>,
+    next_seq: u64,
+    sealed: bool,
+}
+
+impl Replayed {
+    fn push(&mut self, found: Found) {
+        self.next_seq += 1;
+        match found.entry {
+            Entry::Record(r) => {
+                self.records.push((r, found.batch));
+                self.sealed = false;
+            }
+            Entry::Seal => self.sealed = true,
+        }
+    }
+}
+
 /// A record read back, with its place in the journal.
 struct Found {
-    record: Record,
+    entry: Entry,
     batch: u64,
     len: u64,
     copy_pages: u16,
@@ -499,8 +587,8 @@ impl HalfReader<'_> {
             return Ok(None);
         }
         Ok(
-            Record::decode_body(kind, &all[HEADER..]).map(|record| Found {
-                record,
+            Record::decode_body(kind, &all[HEADER..]).map(|entry| Found {
+                entry,
                 batch,
                 len,
                 copy_pages,
@@ -529,16 +617,11 @@ impl HalfReader<'_> {
 
     /// Reads the records of the mirrored append at `at` whose copies are `copy_len` bytes each:
     /// each record from copy A or, where A's is damaged, from copy B at the same offset.
-    fn mirrored(
-        &mut self,
-        at: u64,
-        copy_len: u64,
-        records: &mut Vec<(Record, u64)>,
-    ) -> io::Result<()> {
+    fn mirrored(&mut self, at: u64, copy_len: u64, replayed: &mut Replayed) -> io::Result<()> {
         let pages = (copy_len / PAGE) as u16;
         let mut offset = 0;
         loop {
-            let seq = records.len() as u64;
+            let seq = replayed.next_seq;
             let mut found = self
                 .record(at + offset, at + copy_len, seq)?
                 .filter(|r| r.copy_pages == pages);
@@ -551,7 +634,7 @@ impl HalfReader<'_> {
                 return Ok(());
             };
             offset += r.len;
-            records.push((r.record, r.batch));
+            replayed.push(r);
         }
     }
 }
@@ -764,6 +847,43 @@ mod tests {
             replayed(&io),
             vec![(commit("y", 1), 0), (commit("z", 1), 1)]
         );
+    }
+
+    #[test]
+    fn a_seal_marks_the_final_batch_synced_until_another_batch_follows() {
+        let (_file, io) = journal_file("seal");
+        let mut j = Journal::format(io.clone(), PAGE, HALF).unwrap();
+        let tail = j.tail;
+        j.seal().unwrap();
+        assert_eq!(j.tail, tail, "nothing after the snapshot: nothing to seal");
+        j.append(&[commit("a", 1)], false).unwrap();
+        assert!(
+            !Journal::replay(io.clone(), PAGE, HALF)
+                .unwrap()
+                .0
+                .replayed_sealed()
+        );
+        j.seal().unwrap();
+        let (j2, got) = Journal::replay(io.clone(), PAGE, HALF).unwrap();
+        assert!(j2.replayed_sealed());
+        assert_eq!(got, vec![(commit("a", 1), 1)]);
+        assert_eq!(
+            (j2.next_seq, j2.next_batch, j2.tail),
+            (j.next_seq, 2, j.tail)
+        );
+        // Copy A of the seal went bad: copy B still seals.
+        flip(&io, &j, j.tail - 2 * PAGE + 20);
+        assert!(
+            Journal::replay(io.clone(), PAGE, HALF)
+                .unwrap()
+                .0
+                .replayed_sealed()
+        );
+        // A batch after the seal (a write that was in flight at close) is the final batch again.
+        j.append(&[commit("b", 2)], false).unwrap();
+        let (j3, got) = Journal::replay(io, PAGE, HALF).unwrap();
+        assert!(!j3.replayed_sealed());
+        assert_eq!(got, vec![(commit("a", 1), 1), (commit("b", 2), 2)]);
     }
 
     proptest! {

@@ -422,6 +422,12 @@ impl FileBackend {
         Ok(())
     }
 
+    /// Flushes, then seals the journal: a clean close (see [`FileBackend::seal`]).
+    pub fn close(&self) -> Result<()> {
+        self.flush()?;
+        self.seal()
+    }
+
     pub fn value_bytes(&self) -> u64 {
         self.value_bytes.load(Ordering::Relaxed)
     }

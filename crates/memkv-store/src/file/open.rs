@@ -109,7 +109,8 @@ pub(super) fn open(
             .read_hashed(&c.extents, c.len, &mut buf)
             .is_ok_and(|sum| sum == c.checksum)
     };
-    let live = rebuild(records, &totals, block_size, verify);
+    let sealed = journal.replayed_sealed();
+    let live = rebuild(records, sealed, &totals, block_size, verify);
     let used: HashSet<u64> = live
         .iter()
         .flat_map(|c| c.extents.iter().copied())
@@ -197,6 +198,7 @@ fn classify(probes: &[Probe]) -> Found {
 /// or claimed by a later entry are dropped (only a damaged journal could produce them).
 fn rebuild(
     records: Vec<(Record, u64)>,
+    sealed: bool,
     totals: &[u64],
     block_size: u64,
     verify: impl Fn(&CommitRecord) -> bool,
@@ -208,7 +210,12 @@ fn rebuild(
                 totals.get(d).is_some_and(|&n| u64::from(i) < n)
             })
     };
-    let last_batch = records.last().map(|(_, b)| *b).filter(|&b| b != 0);
+    // A sealed journal's final batch was synced before the seal: its bytes are what was
+    // acknowledged, and any that fail their checksum now went bad later (a miss when read).
+    let last_batch = records
+        .last()
+        .map(|(_, b)| *b)
+        .filter(|&b| b != 0 && !sealed);
     let mut state: HashMap<Box<[u8]>, (usize, CommitRecord)> = HashMap::new();
     for (seq, (r, batch)) in records.into_iter().enumerate() {
         match r {
@@ -389,7 +396,7 @@ mod tests {
             ),
         ];
         // The final batch's data did not reach the disk (checksum 2 fails to verify).
-        let live = rebuild(records.clone(), &[8], 1 << 20, |c| c.checksum != 2);
+        let live = rebuild(records.clone(), false, &[8], 1 << 20, |c| c.checksum != 2);
         let mut got: Vec<(String, u64)> = live
             .iter()
             .map(|c| (String::from_utf8_lossy(&c.key).into_owned(), c.extents[0]))
@@ -400,8 +407,13 @@ mod tests {
             vec![("a".into(), 0)],
             "a keeps v1, c never existed, b's delete stands"
         );
+        // A sealed journal's final batch is taken as it is: its values stay indexed (a value
+        // whose bytes went bad reads as a checksum failure, never as the older value).
+        let live = rebuild(records.clone(), true, &[8], 1 << 20, |c| c.checksum != 2);
+        assert_eq!(live.len(), 2, "a is v2 and c exists");
+        assert!(live.iter().all(|c| c.checksum == 2));
         // Earlier batches are never re-verified.
-        let live = rebuild(records, &[8], 1 << 20, |c| c.checksum != 1);
+        let live = rebuild(records, false, &[8], 1 << 20, |c| c.checksum != 1);
         assert_eq!(live.len(), 2);
     }
 
@@ -446,7 +458,7 @@ mod tests {
             (commit("c", 99, 1), 3),
             (commit("d", 5, 1), 0),
         ];
-        let live = rebuild(records, &[8], 1 << 20, |_| true);
+        let live = rebuild(records, false, &[8], 1 << 20, |_| true);
         let mut keys: Vec<&[u8]> = live.iter().map(|c| &*c.key).collect();
         keys.sort();
         assert_eq!(keys, vec![b"b".as_slice(), b"d".as_slice()]);
