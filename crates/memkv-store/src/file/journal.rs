@@ -97,32 +97,22 @@ impl Record {
     }
 
     fn encode_into(&self, stamp: Stamp, out: &mut Vec<u8>) {
-        let start = out.len();
-        out.extend_from_slice(&[0; HEADER]);
         let (kind, key) = match self {
             Record::Commit(c) => (KIND_COMMIT, &c.key),
             Record::Delete { key } => (KIND_DELETE, key),
         };
-        out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        out.extend_from_slice(key);
-        if let Record::Commit(c) = self {
-            out.extend_from_slice(&c.len.to_le_bytes());
-            out.extend_from_slice(&c.checksum.to_le_bytes());
-            out.extend_from_slice(&(c.extents.len() as u32).to_le_bytes());
-            for e in &c.extents {
-                out.extend_from_slice(&e.to_le_bytes());
+        encode_entry(kind, stamp, out, |out| {
+            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            out.extend_from_slice(key);
+            if let Record::Commit(c) = self {
+                out.extend_from_slice(&c.len.to_le_bytes());
+                out.extend_from_slice(&c.checksum.to_le_bytes());
+                out.extend_from_slice(&(c.extents.len() as u32).to_le_bytes());
+                for e in &c.extents {
+                    out.extend_from_slice(&e.to_le_bytes());
+                }
             }
-        }
-        let body_len = (out.len() - start - HEADER) as u32;
-        let h = &mut out[start..start + HEADER];
-        h[8..12].copy_from_slice(&body_len.to_le_bytes());
-        h[12] = kind;
-        h[13..15].copy_from_slice(&stamp.copy_pages.to_le_bytes());
-        h[16..24].copy_from_slice(&stamp.generation.to_le_bytes());
-        h[24..32].copy_from_slice(&stamp.seq.to_le_bytes());
-        h[32..40].copy_from_slice(&stamp.batch.to_le_bytes());
-        let sum = xxhash_rust::xxh3::xxh3_64(&out[start + 8..]);
-        out[start..start + 8].copy_from_slice(&sum.to_le_bytes());
+        });
     }
 
     fn decode_body(kind: u8, body: &[u8]) -> Option<Entry> {
@@ -154,29 +144,64 @@ impl Record {
     }
 }
 
-/// Encodes `records` as one append (or snapshot chunk) at `seq` onwards: one copy, padded to
-/// whole pages, or two copies back to back. Returns the bytes to write.
-fn encode_append(records: &[Record], stamp: Stamp, copies: u64) -> Vec<u8> {
-    let len: usize = records.iter().map(Record::encoded_len).sum();
-    let copy_len = (len as u64).next_multiple_of(PAGE).max(PAGE);
-    let stamp = Stamp {
-        copy_pages: if copies == 2 {
-            (copy_len / PAGE) as u16
-        } else {
-            0
-        },
-        ..stamp
-    };
-    let mut buf = Vec::with_capacity((copies * copy_len) as usize);
+/// Appends one record to `out`: its header stamped with `stamp`, the body `body` writes, and
+/// the checksum over both.
+fn encode_entry(kind: u8, stamp: Stamp, out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER]);
+    body(out);
+    let body_len = (out.len() - start - HEADER) as u32;
+    let h = &mut out[start..start + HEADER];
+    h[8..12].copy_from_slice(&body_len.to_le_bytes());
+    h[12] = kind;
+    h[13..15].copy_from_slice(&stamp.copy_pages.to_le_bytes());
+    h[16..24].copy_from_slice(&stamp.generation.to_le_bytes());
+    h[24..32].copy_from_slice(&stamp.seq.to_le_bytes());
+    h[32..40].copy_from_slice(&stamp.batch.to_le_bytes());
+    let sum = xxhash_rust::xxh3::xxh3_64(&out[start + 8..]);
+    out[start..start + 8].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// Encodes `records` one after another, numbered from `stamp.seq`.
+fn encode_records(records: &[Record], stamp: Stamp, out: &mut Vec<u8>) {
     for (i, r) in records.iter().enumerate() {
         let seq = stamp.seq + i as u64;
-        r.encode_into(Stamp { seq, ..stamp }, &mut buf);
+        r.encode_into(Stamp { seq, ..stamp }, out);
     }
+}
+
+/// One append (or snapshot chunk) ready to write: `len` bytes of records, which `encode` writes
+/// with the stamp it is given, padded to whole pages, once or as two copies back to back.
+/// Returns the bytes and where the records end within them (the journal's new tail).
+fn encode_append(
+    len: u64,
+    stamp: Stamp,
+    copies: u64,
+    encode: impl FnOnce(Stamp, &mut Vec<u8>),
+) -> (Vec<u8>, u64) {
+    let copy_len = len.next_multiple_of(PAGE).max(PAGE);
+    let copy_pages = if copies == 2 {
+        (copy_len / PAGE) as u16
+    } else {
+        0
+    };
+    let mut buf = Vec::with_capacity((copies * copy_len) as usize);
+    encode(
+        Stamp {
+            copy_pages,
+            ..stamp
+        },
+        &mut buf,
+    );
+    debug_assert_eq!(buf.len() as u64, len);
     buf.resize(copy_len as usize, 0);
     if copies == 2 {
         buf.extend_from_within(..);
+        let end = buf.len() as u64;
+        (buf, end)
+    } else {
+        (buf, len)
     }
-    buf
 }
 
 /// The journal's write position. Owned by whoever holds the commit leadership.
@@ -332,24 +357,19 @@ impl Journal {
         } else {
             1
         };
-        let mut buf = vec![0; HEADER];
-        buf[12] = KIND_SEAL;
-        if copies == 2 {
-            buf[13..15].copy_from_slice(&1u16.to_le_bytes());
-        }
-        buf[16..24].copy_from_slice(&self.generation.to_le_bytes());
-        buf[24..32].copy_from_slice(&self.next_seq.to_le_bytes());
-        buf[32..40].copy_from_slice(&(self.next_batch - 1).to_le_bytes());
-        let sum = xxhash_rust::xxh3::xxh3_64(&buf[8..]);
-        buf[..8].copy_from_slice(&sum.to_le_bytes());
-        buf.resize(PAGE as usize, 0);
-        if copies == 2 {
-            buf.extend_from_within(..);
-        }
+        let stamp = Stamp {
+            generation: self.generation,
+            seq: self.next_seq,
+            batch: self.next_batch - 1,
+            copy_pages: 0,
+        };
+        let (buf, end) = encode_append(HEADER as u64, stamp, copies, |stamp, out| {
+            encode_entry(KIND_SEAL, stamp, out, |_| {})
+        });
         let half_base = self.base + self.active * self.half_len;
         self.io.write_at(half_base + page_start, &buf)?;
         self.next_seq += 1;
-        self.tail = page_start + if copies == 2 { 2 * PAGE } else { HEADER as u64 };
+        self.tail = page_start + end;
         Ok(())
     }
 
@@ -411,16 +431,14 @@ impl Journal {
             batch,
             copy_pages: 0,
         };
-        let buf = encode_append(records, stamp, copies);
+        let (buf, end) = encode_append(len, stamp, copies, |stamp, out| {
+            encode_records(records, stamp, out)
+        });
         let half_base = self.base + self.active * self.half_len;
         self.io.write_at(half_base + page_start, &buf)?;
         self.next_seq += records.len() as u64;
         self.next_batch = batch + 1;
-        self.tail = if copies == 2 {
-            page_start + buf.len() as u64
-        } else {
-            page_start + len
-        };
+        self.tail = page_start + end;
         Ok(())
     }
 
@@ -457,13 +475,12 @@ impl Journal {
                 batch: 0,
                 copy_pages: 0,
             };
-            let buf = encode_append(&live[start..end], stamp, copies);
+            let chunk = &live[start..end];
+            let (buf, chunk_end) = encode_append(len as u64, stamp, copies, |stamp, out| {
+                encode_records(chunk, stamp, out)
+            });
             self.write_checked(half_base, written, &buf)?;
-            tail = if copies == 2 {
-                written + buf.len() as u64
-            } else {
-                written + len as u64
-            };
+            tail = written + chunk_end;
             written += buf.len() as u64;
             seq += (end - start) as u64;
             start = end;
