@@ -423,7 +423,11 @@ impl Journal {
             1
         };
         if page_start + copy_len > self.half_len {
-            return Err(io::Error::other("journal half overflow"));
+            return Err(io::Error::other(format!(
+                "journal half overflow: an append of {copy_len} bytes at offset {page_start} \
+                 passes the half's {} bytes",
+                self.half_len
+            )));
         }
         let stamp = Stamp {
             generation: self.generation,
@@ -504,7 +508,11 @@ impl Journal {
 
     fn write_checked(&self, half_base: u64, at: u64, bytes: &[u8]) -> io::Result<()> {
         if at + bytes.len() as u64 > self.half_len {
-            return Err(io::Error::other("journal snapshot does not fit in a half"));
+            return Err(io::Error::other(format!(
+                "journal snapshot does not fit in a half: {} bytes at offset {at} pass its {} bytes",
+                bytes.len(),
+                self.half_len
+            )));
         }
         self.io.write_at(half_base + at, bytes)
     }
