@@ -188,8 +188,11 @@ impl Client {
             parts.push(items[i].1.as_ref());
             start = end;
         }
+        // The frame checksum leaves the values out (`memkv_proto::coverage`): it is the hash of
+        // `meta`, which holds everything else in order.
+        let sum = memkv_proto::coverage::items_checksum(&meta);
         let statuses = self
-            .status_batch(chunk, "put_batch", Opcode::BatchPut, &parts)
+            .status_batch(chunk, "put_batch", Opcode::BatchPut, &parts, Some(sum))
             .await?;
         Ok(statuses
             .into_iter()
@@ -207,9 +210,10 @@ impl Client {
         op: &'static str,
         opcode: Opcode,
         payload: &[&[u8]],
+        sum: Option<u64>,
     ) -> Result<Vec<Status>> {
         let r = self
-            .exchange(chunk.server, op, opcode, &[], payload, None, Vec::new())
+            .exchange(chunk.server, op, opcode, &[], payload, sum, Vec::new())
             .await?;
         let server = self.server_name(chunk.server);
         if r.status != Status::Ok {
@@ -236,7 +240,9 @@ impl Client {
         let chunks = self.plan_keys(keys, &mut out);
         let outcomes = join_all(chunks.iter().map(|chunk| async move {
             let payload = encode_chunk_keys(chunk, keys);
-            let statuses = self.status_batch(chunk, op, opcode, &[&payload]).await?;
+            let statuses = self
+                .status_batch(chunk, op, opcode, &[&payload], None)
+                .await?;
             Ok(statuses
                 .into_iter()
                 .map(|s| match s {

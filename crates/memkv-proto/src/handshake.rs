@@ -51,13 +51,27 @@ pub struct ClientHandshake {
     key: AuthKey,
     nonce: [u8; NONCE_LEN],
     options: u8,
+    version: u8,
     limits: Limits,
     state: ClientState,
 }
 
 impl ClientHandshake {
-    /// Starts a handshake; returns the machine and the Hello frame to send.
+    /// Starts a handshake at [`PROTOCOL_VERSION`]; returns the machine and the Hello frame to
+    /// send.
     pub fn start(
+        key: AuthKey,
+        nonce: [u8; NONCE_LEN],
+        payload_mac: bool,
+        limits: Limits,
+    ) -> (ClientHandshake, Vec<u8>) {
+        Self::start_at(PROTOCOL_VERSION, key, nonce, payload_mac, limits)
+    }
+
+    /// Like [`ClientHandshake::start`], speaking `version` (an older one, to check that a
+    /// server still serves older clients). The server must answer with the same version.
+    pub fn start_at(
+        version: u8,
         key: AuthKey,
         nonce: [u8; NONCE_LEN],
         payload_mac: bool,
@@ -65,14 +79,17 @@ impl ClientHandshake {
     ) -> (ClientHandshake, Vec<u8>) {
         let options = if payload_mac { OPTION_PAYLOAD_MAC } else { 0 };
         let mut payload = [0u8; HELLO_LEN];
-        payload[0] = PROTOCOL_VERSION;
+        payload[0] = version;
         payload[1] = options;
         payload[4..].copy_from_slice(&nonce);
-        let hello = encode_plain(Header::request(Opcode::Hello, 0), &payload);
+        let mut header = Header::request(Opcode::Hello, 0);
+        header.version = version;
+        let hello = encode_plain(header, &payload);
         let machine = ClientHandshake {
             key,
             nonce,
             options,
+            version,
             limits,
             state: ClientState::AwaitChallenge,
         };
@@ -109,10 +126,12 @@ impl ClientHandshake {
     fn on_challenge(&mut self, frame: &Frame) -> Result<Step, ProtoError> {
         let p = exact(&frame.payload, CHALLENGE_LEN, "Challenge")?;
         let (server_max, version, options) = (p[0], p[1], p[2]);
-        if version > PROTOCOL_VERSION || version == 0 {
+        // A server answers with the version the client asked for or refuses it; a session at
+        // another version would checksum batches differently from what this side sends.
+        if version != self.version {
             return Err(ProtoError::UnsupportedVersion {
                 peer: version,
-                ours: PROTOCOL_VERSION,
+                ours: self.version,
             });
         }
         if options & !KNOWN_OPTIONS != 0 || options & self.options != self.options {
@@ -125,7 +144,7 @@ impl ClientHandshake {
         let transcript = Transcript {
             client_nonce: self.nonce,
             server_nonce: p[4..].try_into().expect("nonce"),
-            client_version: PROTOCOL_VERSION,
+            client_version: self.version,
             version,
             options,
         };

@@ -18,6 +18,7 @@ mod auth;
 pub mod batch;
 pub mod checksum;
 pub mod connect;
+pub mod coverage;
 mod cursor;
 mod error;
 pub mod frame;

@@ -7,6 +7,7 @@
 
 use crate::auth::{HmacSha256, keyed, macs_equal};
 use crate::header::{HEADER_LEN, MAC_INPUT_LEN};
+use crate::coverage::Coverage;
 use crate::{Flags, Header, Limits, Opcode, ProtoError, Status, checksum};
 use hmac::Mac;
 
@@ -118,11 +119,17 @@ fn frame_mac(
 }
 
 impl Sealer {
+    /// The session's protocol version.
+    pub fn version(&self) -> u8 {
+        self.version
+    }
+
     /// Seals `header` for sending with `key` and `payload` (given in parts, as it will be
     /// written): fills version, lengths, flags, checksum, sequence and MAC, and returns the
-    /// encoded header. The payload is hashed here.
+    /// encoded header. The payload is hashed here, as far as its [`Coverage`] goes.
     pub fn seal(&mut self, header: &mut Header, key: &[u8], payload: &[&[u8]]) -> [u8; HEADER_LEN] {
-        let sum = checksum::of_parts(payload);
+        let response = header.flags.contains(Flags::RESPONSE);
+        let sum = Coverage::of(self.version, header.opcode, response).checksum_parts(payload);
         self.seal_with_checksum(header, key, payload, sum)
     }
 
@@ -218,6 +225,12 @@ impl Opener {
     /// Decodes a header and checks version, limits and sequence, before the body is read.
     pub fn header(&self, raw: &[u8; HEADER_LEN]) -> Result<Header, ProtoError> {
         let header = Header::decode(raw, &self.limits)?;
+        if header.version != self.version {
+            return Err(ProtoError::BadRequest(format!(
+                "a protocol {} frame in a protocol {} session",
+                header.version, self.version
+            )));
+        }
         if header.seq != self.next_seq {
             return Err(ProtoError::BadSequence {
                 expected: self.next_seq,
@@ -268,7 +281,8 @@ impl Opener {
         }
         self.next_seq += 1;
         if check_checksum {
-            checksum::verify(payload, header.checksum)?;
+            let response = header.flags.contains(Flags::RESPONSE);
+            Coverage::of(self.version, header.opcode, response).verify(payload, header.checksum)?;
         }
         Ok(header)
     }

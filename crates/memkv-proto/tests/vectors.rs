@@ -4,7 +4,7 @@
 use memkv_proto::connect::RdmaEndpoint;
 use memkv_proto::{
     AuthKey, ClientHandshake, Frame, HEADER_LEN, Header, Limits, Opcode, ProtoError,
-    ServerHandshake, Step, checksum, placement,
+    ServerHandshake, Step, batch, checksum, placement,
 };
 
 fn hex(bytes: &[u8]) -> String {
@@ -50,6 +50,16 @@ fn vectors() -> Vec<(&'static str, String)> {
         Header::request(Opcode::TcpPut, 1),
         b"block-0001",
         b"hello, memkv",
+    );
+    let batch_items = [(b"a", b"one"), (b"b", b"two")].map(|(key, value)| batch::PutItem {
+        key,
+        value,
+        checksum: checksum::of(value),
+    });
+    let batch_put = client_session.sealer.frame(
+        Header::request(Opcode::BatchPut, 2),
+        b"",
+        &batch::encode_put_request(&batch_items),
     );
 
     // The transcript carries the negotiated options: a client that asks for none, a server
@@ -161,6 +171,7 @@ fn vectors() -> Vec<(&'static str, String)> {
         ("handshake-proof", hex(&proof)),
         ("handshake-ready", hex(&ready)),
         ("sealed-tcpput", hex(&put)),
+        ("sealed-batchput", hex(&batch_put)),
         (
             "placement-seed",
             format!("{:016x}", placement::server_seed(servers[0])),

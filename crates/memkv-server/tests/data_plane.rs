@@ -9,7 +9,8 @@ use memkv_proto::{AuthKey, Header, Limits, Opcode, ProtoError, Status, batch, ch
 use memkv_server::Server;
 use memkv_server::config::ServerConfig;
 use support::http_get;
-use support::raw::{connect, read_frame};
+use memkv_proto::coverage::Coverage;
+use support::raw::{connect, connect_at, read_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -117,6 +118,96 @@ async fn pipelined_requests_complete_and_batches_work() {
         batch::decode_statuses(&body, &Limits::DEFAULT).unwrap(),
         vec![Status::ChecksumMismatch, Status::Ok]
     );
+    server.shutdown().await.unwrap();
+}
+
+fn two_items() -> Vec<u8> {
+    let values: [&[u8]; 2] = [&[1u8; 4096], &[2u8; 100]];
+    let items: Vec<batch::PutItem<'_>> = ["b0", "b1"]
+        .iter()
+        .zip(values)
+        .map(|(key, value)| batch::PutItem {
+            key: key.as_bytes(),
+            value,
+            checksum: checksum::of(value),
+        })
+        .collect();
+    batch::encode_put_request(&items)
+}
+
+/// Protocol 2 leaves a batch's values out of its frame checksum; a version 1 client, whose
+/// batches are checksummed whole, is still served (and answered in kind).
+#[tokio::test]
+async fn batch_checksums_follow_the_sessions_protocol_version() {
+    let server = Server::start(config("")).await.unwrap();
+    let key = AuthKey::from_hex(KEY_HEX).unwrap();
+    let payload = two_items();
+    for version in [1, 2] {
+        let mut c = connect_at(version, server.data_addr(), key.clone(), false)
+            .await
+            .unwrap();
+        assert_eq!(c.session.version(), version);
+        // `call` seals and verifies by the session's coverage.
+        let (status, body) = c.call(Opcode::BatchPut, &[], &payload).await;
+        assert_eq!(status, Status::Ok, "version {version}");
+        assert_eq!(
+            batch::decode_statuses(&body, &Limits::DEFAULT).unwrap(),
+            vec![Status::Ok, Status::Ok]
+        );
+        let (status, body) = c
+            .call(Opcode::BatchGet, &[], &batch::encode_keys(&["b0", "b1"]))
+            .await;
+        assert_eq!(status, Status::Ok);
+        let items = batch::decode_get_response(&body, &Limits::DEFAULT).unwrap();
+        assert_eq!(items[0].value, &[1u8; 4096][..]);
+        assert_eq!(items[1].value, &[2u8; 100][..]);
+
+        // The other version's checksum of the same request is a mismatch.
+        let other = if version == 1 {
+            Coverage::PutRequestItems.checksum(&payload)
+        } else {
+            checksum::of(&payload)
+        };
+        c.next_id += 1;
+        let mut h = Header::request(Opcode::BatchPut, c.next_id);
+        let head = c
+            .session
+            .sealer
+            .seal_with_checksum(&mut h, &[], &[&payload], other);
+        c.send(&[&head[..], &payload].concat()).await;
+        let (h, _) = c.recv().await.unwrap();
+        assert_eq!(h.status, Status::ChecksumMismatch, "version {version}");
+    }
+    server.shutdown().await.unwrap();
+}
+
+/// In protocol 2 a damaged value passes the frame checksum and fails its own item only.
+#[tokio::test]
+async fn a_damaged_value_in_a_batch_fails_its_item_only() {
+    let server = Server::start(config("")).await.unwrap();
+    let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    let payload = two_items();
+    let sum = Coverage::PutRequestItems.checksum(&payload);
+    let mut damaged = payload.clone();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0x40;
+    c.next_id += 1;
+    let mut h = Header::request(Opcode::BatchPut, c.next_id);
+    let head = c
+        .session
+        .sealer
+        .seal_with_checksum(&mut h, &[], &[&damaged], sum);
+    c.send(&[&head[..], &damaged].concat()).await;
+    let (h, body) = c.recv().await.unwrap();
+    assert_eq!(h.status, Status::Ok);
+    assert_eq!(
+        batch::decode_statuses(&body, &Limits::DEFAULT).unwrap(),
+        vec![Status::Ok, Status::ChecksumMismatch]
+    );
+    let (status, _) = c.call(Opcode::TcpGet, b"b1", &[]).await;
+    assert_eq!(status, Status::NotFound);
     server.shutdown().await.unwrap();
 }
 

@@ -154,7 +154,15 @@ async fn every_header_refusal_is_one_sealed_frame_then_close() {
             b"",
             |f| f[4] = PROTOCOL_VERSION + 1,
             Status::UnsupportedVersion,
-            "unsupported protocol version 2",
+            "unsupported protocol version",
+        ),
+        (
+            "older version than the session's",
+            Opcode::Ping,
+            b"",
+            |f| f[4] = PROTOCOL_VERSION - 1,
+            Status::BadRequest,
+            "frame in a protocol",
         ),
         (
             "version 0",

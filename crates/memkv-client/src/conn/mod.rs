@@ -94,6 +94,8 @@ pub(crate) struct Connection {
     shared: Arc<Pending>,
     writer: Mutex<Writer>,
     next_id: AtomicU64,
+    /// The session's protocol version: what a request's checksum covers.
+    version: u8,
     reader: JoinHandle<()>,
 }
 
@@ -103,6 +105,7 @@ impl Connection {
         let (stream, session) = handshake::open(dial).await?;
         let (read_half, write_half) = stream.into_split();
         let shared = Arc::new(Pending::new(dial.server));
+        let version = session.version();
         let reader = tokio::spawn(io::read_loop(
             Arc::clone(&shared),
             BufReader::with_capacity(READ_BUFFER, read_half),
@@ -115,6 +118,7 @@ impl Connection {
                 sealer: session.sealer,
             }),
             next_id: AtomicU64::new(1),
+            version,
             reader,
         })
     }
@@ -141,7 +145,9 @@ impl Connection {
             .register(id, opcode, sink)
             .map_err(CallError::NotSent)?;
         // Hash outside the writer lock so other requests are not held up by a large value.
-        let sum = sum.unwrap_or_else(|| memkv_proto::checksum::of_parts(payload));
+        let sum = sum.unwrap_or_else(|| {
+            memkv_proto::coverage::Coverage::of(self.version, opcode, false).checksum_parts(payload)
+        });
         {
             let mut writer = self.writer.lock().await;
             let mut guard = io::WriteGuard::new(&mut writer, &self.shared);

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::io::IoSlice;
 use std::sync::{Arc, Mutex};
 
+use memkv_proto::coverage::{self, Coverage};
 use memkv_proto::{HEADER_LEN, Header, Opcode, Sealer, Status, frame::error_message};
 use memkv_store::ValueRef;
 use tokio::io::AsyncWriteExt;
@@ -173,6 +174,14 @@ async fn write_batch(
             }
             (_, Body::Value(v)) => {
                 let sum = v.checksum();
+                sealer.seal_with_checksum(&mut out.header, &[], &parts, sum)
+            }
+            // The values are not hashed again: each item carries its stored checksum.
+            (_, Body::BatchGet { count, items })
+                if Coverage::of(sealer.version(), out.header.opcode, true)
+                    == Coverage::GetResponseItems =>
+            {
+                let sum = coverage::get_response_checksum(count, items.iter().map(|(h, _)| h));
                 sealer.seal_with_checksum(&mut out.header, &[], &parts, sum)
             }
             _ => sealer.seal(&mut out.header, &[], &parts),

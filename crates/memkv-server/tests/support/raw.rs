@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 
 use memkv_proto::{
-    AuthKey, ClientHandshake, Frame, HEADER_LEN, Header, Limits, Opcode, ProtoError, Session,
-    Status, Step,
+    AuthKey, ClientHandshake, Frame, HEADER_LEN, Header, Limits, Opcode, PROTOCOL_VERSION,
+    ProtoError, Session, Status, Step,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -39,8 +39,19 @@ pub async fn connect_with(
     key: AuthKey,
     payload_mac: bool,
 ) -> Result<Raw, ProtoError> {
+    connect_at(PROTOCOL_VERSION, addr, key, payload_mac).await
+}
+
+/// [`connect_with`], speaking protocol `version` (an older client).
+pub async fn connect_at(
+    version: u8,
+    addr: SocketAddr,
+    key: AuthKey,
+    payload_mac: bool,
+) -> Result<Raw, ProtoError> {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let (mut hs, hello) = ClientHandshake::start(key, [3; 32], payload_mac, Limits::DEFAULT);
+    let (mut hs, hello) =
+        ClientHandshake::start_at(version, key, [3; 32], payload_mac, Limits::DEFAULT);
     stream.write_all(&hello).await.unwrap();
     loop {
         let (_, raw, body) = read_frame(&mut stream, &Limits::DEFAULT).await.unwrap();
