@@ -132,11 +132,15 @@ fn get_response_items(payload: &[u8]) -> Result<Vec<u8>, ProtoError> {
 mod tests {
     use super::*;
     use crate::Status;
-    use crate::batch::{GetItem, PutItem, encode_get_response, encode_put_request, get_item_header};
+    use crate::batch::{
+        GetItem, PutItem, encode_get_response, encode_put_request, get_item_header,
+    };
     use proptest::prelude::*;
 
     fn put_items(values: &[Vec<u8>]) -> Vec<u8> {
-        let keys: Vec<Vec<u8>> = (0..values.len()).map(|i| format!("k{i}").into_bytes()).collect();
+        let keys: Vec<Vec<u8>> = (0..values.len())
+            .map(|i| format!("k{i}").into_bytes())
+            .collect();
         let items: Vec<PutItem<'_>> = keys
             .iter()
             .zip(values)
@@ -166,7 +170,11 @@ mod tests {
         let items: Vec<GetItem<'_>> = values
             .iter()
             .map(|v| GetItem {
-                status: if v.is_empty() { Status::NotFound } else { Status::Ok },
+                status: if v.is_empty() {
+                    Status::NotFound
+                } else {
+                    Status::Ok
+                },
                 value: v,
                 checksum: checksum::of(v),
             })
@@ -191,7 +199,10 @@ mod tests {
     fn a_payload_that_is_not_a_batch_is_covered_whole() {
         for junk in [&b""[..], b"\x05\0\0\0", b"\x01\0\0\0\xff\xff"] {
             assert_eq!(Coverage::PutRequestItems.checksum(junk), checksum::of(junk));
-            assert_eq!(Coverage::GetResponseItems.checksum(junk), checksum::of(junk));
+            assert_eq!(
+                Coverage::GetResponseItems.checksum(junk),
+                checksum::of(junk)
+            );
         }
         let mut trailing = put_items(&[vec![1; 10]]);
         trailing.push(0);

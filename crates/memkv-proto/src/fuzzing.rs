@@ -3,6 +3,7 @@
 //! panic, whatever the bytes.
 
 use crate::batch;
+use crate::coverage::{self, Coverage};
 use crate::messages::{
     AllocateResponse, CommitRequest, LookupResponse, SharedCommitRequest, StatsResponse,
 };
@@ -42,9 +43,34 @@ pub fn decode_everything(data: &[u8]) {
 }
 
 fn decode_payloads(payload: &[u8], limits: &Limits) {
-    let _ = batch::decode_put_request(payload, limits);
+    if let Ok(items) = batch::decode_put_request(payload, limits) {
+        // What the frame checksum covers agrees with what the decoder read.
+        let mut covered = (items.len() as u32).to_le_bytes().to_vec();
+        for item in &items {
+            covered.extend_from_slice(&(item.key.len() as u16).to_le_bytes());
+            covered.extend_from_slice(&(item.value.len() as u32).to_le_bytes());
+            covered.extend_from_slice(&item.checksum.to_le_bytes());
+            covered.extend_from_slice(item.key);
+        }
+        assert_eq!(
+            Coverage::PutRequestItems.checksum(payload),
+            coverage::items_checksum(&covered)
+        );
+    }
+    let _ = Coverage::PutRequestItems.checksum(payload);
     let _ = batch::decode_keys(payload, limits);
-    let _ = batch::decode_get_response(payload, limits);
+    if let Ok(items) = batch::decode_get_response(payload, limits) {
+        let heads: Vec<_> = items
+            .iter()
+            .map(|i| batch::get_item_header(i.status, i.value.len() as u32, i.checksum))
+            .collect();
+        let count = (items.len() as u32).to_le_bytes();
+        assert_eq!(
+            Coverage::GetResponseItems.checksum(payload),
+            coverage::get_response_checksum(&count, heads.iter())
+        );
+    }
+    let _ = Coverage::GetResponseItems.checksum(payload);
     let _ = batch::decode_statuses(payload, limits);
     let _ = LookupResponse::decode(payload);
     let _ = AllocateResponse::decode(payload);

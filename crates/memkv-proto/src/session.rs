@@ -6,8 +6,8 @@
 //! does not verify is refused; the runtime then closes the connection.
 
 use crate::auth::{HmacSha256, keyed, macs_equal};
-use crate::header::{HEADER_LEN, MAC_INPUT_LEN};
 use crate::coverage::Coverage;
+use crate::header::{HEADER_LEN, MAC_INPUT_LEN};
 use crate::{Flags, Header, Limits, Opcode, ProtoError, Status, checksum};
 use hmac::Mac;
 

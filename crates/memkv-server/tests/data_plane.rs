@@ -5,11 +5,11 @@ use std::time::Duration;
 
 mod support;
 
+use memkv_proto::coverage::Coverage;
 use memkv_proto::{AuthKey, Header, Limits, Opcode, ProtoError, Status, batch, checksum};
 use memkv_server::Server;
 use memkv_server::config::ServerConfig;
 use support::http_get;
-use memkv_proto::coverage::Coverage;
 use support::raw::{connect, connect_at, read_frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
