@@ -168,14 +168,9 @@ async fn batch_checksums_follow_the_sessions_protocol_version() {
         } else {
             checksum::of(&payload)
         };
-        c.next_id += 1;
-        let mut h = Header::request(Opcode::BatchPut, c.next_id);
-        let head = c
-            .session
-            .sealer
-            .seal_with_checksum(&mut h, &[], &[&payload], other);
-        c.send(&[&head[..], &payload].concat()).await;
-        let (h, _) = c.recv().await.unwrap();
+        let (h, _) = c
+            .call_with_checksum(Opcode::BatchPut, &[], &payload, other)
+            .await;
         assert_eq!(h.status, Status::ChecksumMismatch, "version {version}");
     }
     server.shutdown().await.unwrap();
@@ -193,14 +188,9 @@ async fn a_damaged_value_in_a_batch_fails_its_item_only() {
     let mut damaged = payload.clone();
     let last = damaged.len() - 1;
     damaged[last] ^= 0x40;
-    c.next_id += 1;
-    let mut h = Header::request(Opcode::BatchPut, c.next_id);
-    let head = c
-        .session
-        .sealer
-        .seal_with_checksum(&mut h, &[], &[&damaged], sum);
-    c.send(&[&head[..], &damaged].concat()).await;
-    let (h, body) = c.recv().await.unwrap();
+    let (h, body) = c
+        .call_with_checksum(Opcode::BatchPut, &[], &damaged, sum)
+        .await;
     assert_eq!(h.status, Status::Ok);
     assert_eq!(
         batch::decode_statuses(&body, &Limits::DEFAULT).unwrap(),
