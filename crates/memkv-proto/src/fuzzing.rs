@@ -42,9 +42,10 @@ pub fn decode_everything(data: &[u8]) {
     }
 }
 
-fn decode_payloads(payload: &[u8], limits: &Limits) {
+/// The frame-checksum walker ([`Coverage`]) agrees with the decoders: where a batch decodes,
+/// the bytes its checksum covers are exactly the decoded items less their values.
+fn check_coverage(payload: &[u8], limits: &Limits) {
     if let Ok(items) = batch::decode_put_request(payload, limits) {
-        // What the frame checksum covers agrees with what the decoder read.
         let mut covered = (items.len() as u32).to_le_bytes().to_vec();
         for item in &items {
             covered.extend_from_slice(&(item.key.len() as u16).to_le_bytes());
@@ -58,7 +59,6 @@ fn decode_payloads(payload: &[u8], limits: &Limits) {
         );
     }
     let _ = Coverage::PutRequestItems.checksum(payload);
-    let _ = batch::decode_keys(payload, limits);
     if let Ok(items) = batch::decode_get_response(payload, limits) {
         let heads: Vec<_> = items
             .iter()
@@ -71,6 +71,11 @@ fn decode_payloads(payload: &[u8], limits: &Limits) {
         );
     }
     let _ = Coverage::GetResponseItems.checksum(payload);
+}
+
+fn decode_payloads(payload: &[u8], limits: &Limits) {
+    check_coverage(payload, limits);
+    let _ = batch::decode_keys(payload, limits);
     let _ = batch::decode_statuses(payload, limits);
     let _ = LookupResponse::decode(payload);
     let _ = AllocateResponse::decode(payload);
@@ -250,6 +255,7 @@ pub fn batch_payloads(data: &[u8]) {
         );
     }
     let _ = batch::decode_statuses(payload, &limits);
+    check_coverage(payload, &limits);
 }
 
 /// Connect-payload target: an RDMA endpoint (a client's, or a server's answer with its arena)
