@@ -188,8 +188,9 @@ impl Client {
             parts.push(items[i].1.as_ref());
             start = end;
         }
-        // The frame checksum leaves the values out (`memkv_proto::coverage`): it is the hash of
-        // `meta`, which holds everything else in order.
+        // The frame checksum leaves the values out (`memkv_proto::coverage`; this client's
+        // sessions are all version 2, it refuses any other): it is the hash of `meta`, which
+        // holds everything else in order.
         let sum = memkv_proto::coverage::items_checksum(&meta);
         let statuses = self
             .status_batch(chunk, "put_batch", Opcode::BatchPut, &parts, Some(sum))
