@@ -22,7 +22,7 @@ pub(crate) const SINGLE_VALUE_MIN: usize = 64 << 10;
 /// Bytes of a batch payload before its items (the item count).
 pub(crate) const BATCH_PREFIX: usize = 4;
 /// Bytes of a BatchPut item before its key and value.
-pub(crate) const PUT_ITEM_HEADER: usize = 14;
+pub(crate) const PUT_ITEM_HEADER: usize = memkv_proto::batch::PUT_ITEM_HEADER_LEN;
 /// Bytes of a BatchGet answer item besides its value (status, length, checksum), rounded up.
 pub(crate) const GET_ITEM_ANSWER_HEADER: usize = 16;
 /// Bytes of a key-list item before its key.

@@ -36,6 +36,9 @@ pub struct GetItem<'a> {
 /// Bytes of a BatchGet response item before its value.
 pub const GET_ITEM_HEADER_LEN: usize = 14;
 
+/// Bytes of a BatchPut request item before its key and value.
+pub const PUT_ITEM_HEADER_LEN: usize = 14;
+
 fn count(c: &mut Cursor<'_>, limits: &Limits, min_item: usize) -> Result<usize, ProtoError> {
     let n = c.u32()? as usize;
     if n > limits.max_batch_items {
@@ -71,7 +74,10 @@ fn status(code: u16) -> Result<Status, ProtoError> {
 
 /// Encodes a BatchPut request.
 pub fn encode_put_request(items: &[PutItem<'_>]) -> Vec<u8> {
-    let size: usize = items.iter().map(|i| 14 + i.key.len() + i.value.len()).sum();
+    let size: usize = items
+        .iter()
+        .map(|i| PUT_ITEM_HEADER_LEN + i.key.len() + i.value.len())
+        .sum();
     let mut out = Vec::with_capacity(4 + size);
     out.extend_from_slice(&(items.len() as u32).to_le_bytes());
     for i in items {
@@ -91,7 +97,7 @@ pub fn decode_put_request<'a>(
     limits: &Limits,
 ) -> Result<Vec<PutItem<'a>>, ProtoError> {
     let mut c = Cursor::new(payload, "BatchPut request");
-    let n = count(&mut c, limits, 14)?;
+    let n = count(&mut c, limits, PUT_ITEM_HEADER_LEN)?;
     let mut items = Vec::with_capacity(n);
     for _ in 0..n {
         let key_len = usize::from(c.u16()?);

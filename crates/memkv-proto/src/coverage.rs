@@ -13,7 +13,7 @@
 //! passes its checksum and is refused by the decoder by name, and a damaged one fails its
 //! checksum: either way only that request fails.
 
-use crate::batch::GET_ITEM_HEADER_LEN;
+use crate::batch::{GET_ITEM_HEADER_LEN, PUT_ITEM_HEADER_LEN};
 use crate::cursor::Cursor;
 use crate::{Opcode, ProtoError, checksum};
 
@@ -102,7 +102,7 @@ fn put_request_items(payload: &[u8]) -> Result<Vec<u8>, ProtoError> {
     let mut covered = c.bytes(4)?.to_vec();
     let count = u32::from_le_bytes(covered[..4].try_into().expect("4 bytes"));
     for _ in 0..count {
-        let head = c.bytes(14)?;
+        let head = c.bytes(PUT_ITEM_HEADER_LEN)?;
         let key_len = usize::from(u16::from_le_bytes([head[0], head[1]]));
         let value_len = u32::from_le_bytes(head[2..6].try_into().expect("4 bytes")) as usize;
         covered.extend_from_slice(head);

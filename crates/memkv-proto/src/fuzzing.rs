@@ -45,6 +45,7 @@ pub fn decode_everything(data: &[u8]) {
 /// The frame-checksum walker ([`Coverage`]) agrees with the decoders: where a batch decodes,
 /// the bytes its checksum covers are exactly the decoded items less their values.
 fn check_coverage(payload: &[u8], limits: &Limits) {
+    let put_sum = Coverage::PutRequestItems.checksum(payload);
     if let Ok(items) = batch::decode_put_request(payload, limits) {
         let mut covered = (items.len() as u32).to_le_bytes().to_vec();
         for item in &items {
@@ -53,12 +54,9 @@ fn check_coverage(payload: &[u8], limits: &Limits) {
             covered.extend_from_slice(&item.checksum.to_le_bytes());
             covered.extend_from_slice(item.key);
         }
-        assert_eq!(
-            Coverage::PutRequestItems.checksum(payload),
-            coverage::items_checksum(&covered)
-        );
+        assert_eq!(put_sum, coverage::items_checksum(&covered));
     }
-    let _ = Coverage::PutRequestItems.checksum(payload);
+    let get_sum = Coverage::GetResponseItems.checksum(payload);
     if let Ok(items) = batch::decode_get_response(payload, limits) {
         let heads: Vec<_> = items
             .iter()
@@ -66,11 +64,10 @@ fn check_coverage(payload: &[u8], limits: &Limits) {
             .collect();
         let count = (items.len() as u32).to_le_bytes();
         assert_eq!(
-            Coverage::GetResponseItems.checksum(payload),
+            get_sum,
             coverage::get_response_checksum(&count, heads.iter())
         );
     }
-    let _ = Coverage::GetResponseItems.checksum(payload);
 }
 
 fn decode_payloads(payload: &[u8], limits: &Limits) {
