@@ -14,7 +14,7 @@ pub(crate) fn clock_pick<B>(
     for _ in 0..2 * n {
         let i = shard.hand % n;
         shard.hand = (i + 1) % n;
-        if !evictable(&shard.slots[i].block) {
+        if !evictable(&shard.slots[i]) {
             continue;
         }
         if shard.referenced.take(i) {

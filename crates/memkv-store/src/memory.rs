@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::arena::{ArenaBlock, ArenaInfo, MemoryArena};
 use crate::error::{Result, StoreError};
-use crate::index::Index;
+use crate::index::{Entry, Index};
 
 /// A committed value in the arena. Immutable: no `&mut` to its bytes exists once committed.
 pub(crate) struct MemBlock {
@@ -42,7 +42,7 @@ impl MemoryBackend {
             .index
             .evict_one(|b| b.pins.load(Ordering::Acquire) == 0)
         {
-            Some((_, old)) => {
+            Some(old) => {
                 self.value_bytes
                     .fetch_sub(old.data.len() as u64, Ordering::Relaxed);
                 true
@@ -63,20 +63,20 @@ impl MemoryBackend {
             }
         }
         let len = data.len() as u64;
-        let block = Arc::new(MemBlock {
+        let block = MemBlock {
             data,
             checksum,
             pins: AtomicU32::new(0),
-        });
+        };
         self.value_bytes.fetch_add(len, Ordering::Relaxed);
-        if let Some(old) = self.index.insert(key, block) {
+        if let Some(old) = self.index.insert(Entry::new(key, block)) {
             self.value_bytes
                 .fetch_sub(old.data.len() as u64, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    pub fn get(&self, key: &[u8]) -> Option<Arc<MemBlock>> {
+    pub fn get(&self, key: &[u8]) -> Option<Entry<MemBlock>> {
         self.index.get(key)
     }
 

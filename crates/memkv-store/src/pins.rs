@@ -3,24 +3,25 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::index::Entry;
 use crate::memory::MemBlock;
 use crate::value::Pinned;
 
 #[derive(Default)]
 pub(crate) struct PinTable {
-    pins: Mutex<HashMap<u64, (Arc<MemBlock>, Instant)>>,
+    pins: Mutex<HashMap<u64, (Entry<MemBlock>, Instant)>>,
     next_id: AtomicU64,
 }
 
 impl PinTable {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (Arc<MemBlock>, Instant)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (Entry<MemBlock>, Instant)>> {
         self.pins.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn pin(&self, block: Arc<MemBlock>, deadline: Instant) -> Pinned {
+    pub fn pin(&self, block: Entry<MemBlock>, deadline: Instant) -> Pinned {
         let pin_id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         block.pins.fetch_add(1, Ordering::AcqRel);
         let pinned = Pinned {

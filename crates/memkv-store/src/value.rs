@@ -1,8 +1,8 @@
 //! What reads hand back: [`ValueRef`] (zero-copy in memory mode) and [`Pinned`] (for RDMA).
 
+use crate::index::Entry;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::Arc;
 
 use crate::memory::MemBlock;
 
@@ -15,12 +15,12 @@ pub struct ValueRef {
 }
 
 enum Inner {
-    Arena(Arc<MemBlock>),
+    Arena(Entry<MemBlock>),
     Owned(Vec<u8>),
 }
 
 impl ValueRef {
-    pub(crate) fn arena(block: Arc<MemBlock>) -> Self {
+    pub(crate) fn arena(block: Entry<MemBlock>) -> Self {
         let checksum = block.checksum;
         Self {
             inner: Inner::Arena(block),

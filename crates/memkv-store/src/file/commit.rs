@@ -20,29 +20,30 @@ use super::extents::split_extent;
 use super::journal::{CommitRecord, PAGE, Record};
 use crate::error::{Result, StoreError};
 use crate::file::FileBlock;
+use crate::index::Entry;
 
 /// Journal bytes one batch may add; keeps a batch inside the slack reserved beside a snapshot.
 pub(crate) const BATCH_BYTES: u64 = 256 << 10;
 
 pub(crate) enum Op {
     Commit {
-        key: Box<[u8]>,
-        block: Arc<FileBlock>,
+        /// The key and its new block.
+        entry: Entry<FileBlock>,
         /// Set when the bytes are still being written as the op is queued.
         written: Option<Arc<DataWritten>>,
     },
     /// Delete `key`; with `only_if`, only while the key still maps to that block.
     Delete {
         key: Box<[u8]>,
-        only_if: Option<Arc<FileBlock>>,
+        only_if: Option<Entry<FileBlock>>,
     },
 }
 
 impl Op {
     fn journal_bytes(&self) -> u64 {
         match self {
-            Op::Commit { key, block, .. } => {
-                64 + key.len() as u64 + 8 * block.extents.ids.len() as u64
+            Op::Commit { entry, .. } => {
+                64 + entry.key().len() as u64 + 8 * entry.extents.ids.len() as u64
             }
             Op::Delete { key, .. } => 64 + key.len() as u64,
         }
@@ -200,30 +201,30 @@ impl FileBackend {
                 .collect();
         }
         // Decide each op against the index plus the effect of earlier ops in this batch.
-        let mut overlay: HashMap<Box<[u8]>, Option<Arc<FileBlock>>> = HashMap::new();
+        let mut overlay: HashMap<&[u8], Option<Entry<FileBlock>>> = HashMap::new();
         let mut records = Vec::new();
         let mut journaled = Vec::with_capacity(batch.len());
         let mut dirty = BTreeSet::from([0usize]);
         for (_, op) in &batch {
             match op {
-                Op::Commit { key, block, .. } => {
-                    dirty.extend(block.extents.ids.iter().map(|&e| split_extent(e).0));
-                    records.push(commit_record(key, block));
-                    overlay.insert(key.clone(), Some(Arc::clone(block)));
+                Op::Commit { entry, .. } => {
+                    dirty.extend(entry.extents.ids.iter().map(|&e| split_extent(e).0));
+                    records.push(commit_record(entry.key(), entry));
+                    overlay.insert(entry.key(), Some(entry.clone()));
                     journaled.push(true);
                 }
                 Op::Delete { key, only_if } => {
-                    let current = match overlay.get(key) {
+                    let current = match overlay.get(&key[..]) {
                         Some(c) => c.clone(),
                         None => self.index.get(key),
                     };
                     let present = match only_if {
-                        Some(b) => current.is_some_and(|c| Arc::ptr_eq(&c, b)),
+                        Some(b) => current.is_some_and(|c| Entry::same(&c, b)),
                         None => current.is_some(),
                     };
                     if present {
                         records.push(Record::Delete { key: key.clone() });
-                        overlay.insert(key.clone(), None);
+                        overlay.insert(key, None);
                     }
                     journaled.push(present);
                 }
@@ -262,9 +263,9 @@ impl FileBackend {
                 continue;
             }
             match op {
-                Op::Commit { key, block, .. } => {
-                    self.value_bytes.fetch_add(block.len, Ordering::Relaxed);
-                    if let Some(old) = self.index.insert(&key, block) {
+                Op::Commit { entry, .. } => {
+                    self.value_bytes.fetch_add(entry.len, Ordering::Relaxed);
+                    if let Some(old) = self.index.insert(entry) {
                         self.value_bytes.fetch_sub(old.len, Ordering::Relaxed);
                         replaced.push(old);
                     }
@@ -298,7 +299,8 @@ impl FileBackend {
             .zip(landed)
             .filter(|(_, landed)| !**landed)
             .map(|((_, op), _)| match op {
-                Op::Commit { key, .. } | Op::Delete { key, .. } => &key[..],
+                Op::Commit { entry, .. } => entry.key(),
+                Op::Delete { key, .. } => &key[..],
             })
             .collect();
         keys.sort_unstable();
@@ -308,8 +310,8 @@ impl FileBackend {
                 let mut state = self.index.get(k);
                 for (((_, op), done), landed) in batch.iter().zip(journaled).zip(landed) {
                     match op {
-                        Op::Commit { key, block, .. } if **key == *k && *done && *landed => {
-                            state = Some(Arc::clone(block))
+                        Op::Commit { entry, .. } if entry.key() == k && *done && *landed => {
+                            state = Some(entry.clone())
                         }
                         Op::Delete { key, .. } if **key == *k && *done => state = None,
                         _ => {}
@@ -346,7 +348,7 @@ impl FileBackend {
         journal.reserve(need, || {
             let mut live = Vec::new();
             self.index
-                .for_each(|key, b| live.push(commit_record(key, b)));
+                .for_each(|b| live.push(commit_record(b.key(), b)));
             live
         })?;
         if !records.is_empty() {

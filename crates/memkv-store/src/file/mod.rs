@@ -25,7 +25,7 @@ use crate::arena::IncrementalXxh3;
 
 use crate::config::DriveConfig;
 use crate::error::{Result, StoreError};
-use crate::index::Index;
+use crate::index::{Entry, Index};
 use crate::stats::DeviceStats;
 use commit::{GroupCommit, Op, WriteGuard};
 use extents::{ExtentAllocator, ExtentSet, split_extent};
@@ -43,7 +43,7 @@ const WRITERS: usize = 8;
 /// One value of a batch on its way to the drives; `guard` tells the group commit when it landed.
 struct ValueWrite<'a> {
     at: usize,
-    block: Arc<FileBlock>,
+    block: Entry<FileBlock>,
     guard: WriteGuard,
     data: &'a [u8],
 }
@@ -208,14 +208,13 @@ impl FileBackend {
             }
         }
         space.hashed = None;
-        let block = Arc::new(FileBlock {
+        let block = FileBlock {
             extents: space.extents,
             len: space.len,
             checksum,
-        });
+        };
         self.submit(Op::Commit {
-            key: key.into(),
-            block,
+            entry: Entry::new(key, block),
             written: None,
         })?;
         Ok(())
@@ -236,17 +235,19 @@ impl FileBackend {
                 ))));
                 continue;
             }
-            let block = Arc::new(FileBlock {
-                extents: space.extents,
-                len: space.len,
-                checksum,
-            });
+            let block = Entry::new(
+                key,
+                FileBlock {
+                    extents: space.extents,
+                    len: space.len,
+                    checksum,
+                },
+            );
             let (guard, written) = WriteGuard::new();
             tickets.push((
                 i,
                 self.enqueue(Op::Commit {
-                    key: key.into(),
-                    block: Arc::clone(&block),
+                    entry: block.clone(),
                     written: Some(written),
                 }),
             ));
@@ -352,7 +353,7 @@ impl FileBackend {
     fn read_verified(
         &self,
         key: &[u8],
-        block: Arc<FileBlock>,
+        block: Entry<FileBlock>,
         buf: &mut [u8],
         failures: &AtomicU64,
     ) -> Result<Option<u64>> {
@@ -402,11 +403,11 @@ impl FileBackend {
 
     /// Evicts one value whose bytes nobody is reading. `Ok(false)`: nothing evictable.
     pub fn evict_one(&self, evictions: &AtomicU64) -> Result<bool> {
-        let Some((key, victim)) = self.index.choose_victim(|_| true) else {
+        let Some(victim) = self.index.choose_victim(|_| true) else {
             return Ok(false);
         };
         let removed = self.submit(Op::Delete {
-            key,
+            key: victim.key().into(),
             only_if: Some(victim),
         })?;
         if removed {

@@ -18,7 +18,7 @@ use super::superblock::{FLAG_FORMATTING, FORMAT_VERSION, Probe, SUPERBLOCK_LEN, 
 use super::{DriveAccess, DriveHealth, FileBackend, FileBlock, Layout};
 use crate::config::{DEFAULT_DRIVE_SIZE, DriveConfig};
 use crate::error::{Result, StoreError};
-use crate::index::Index;
+use crate::index::{Entry, Index};
 
 const DATA_ALIGN: u64 = 1 << 20;
 
@@ -125,14 +125,14 @@ pub(super) fn open(
             len: c.len,
             checksum: c.checksum,
         };
-        index.insert(&c.key, Arc::new(block));
+        index.insert(Entry::new(&c.key, block));
     }
     // A fresh generation, so stale records past the replayed tail can never be mistaken for
     // new ones.
     let mut snapshot = Vec::new();
-    index.for_each(|key, b: &Arc<FileBlock>| {
+    index.for_each(|b: &Entry<FileBlock>| {
         snapshot.push(Record::Commit(CommitRecord {
-            key: key.into(),
+            key: b.key().into(),
             len: b.len,
             checksum: b.checksum,
             extents: b.extents.ids.to_vec(),

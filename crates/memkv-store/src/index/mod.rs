@@ -1,15 +1,19 @@
 //! Sharded key -> block index shared by both modes.
 //!
 //! Each shard keeps its entries in a dense vector (so the CLOCK hand in [`crate::eviction`] can
-//! sweep it) plus a hash table of slot numbers. The key is stored once, in its slot: the table
-//! holds only a `u32` per entry and finds keys through the slots (hashbrown's `HashTable`), which
-//! halves the index's memory against a map that keeps its own copy of every key. Blocks are
-//! `Arc`s: replacing or removing an entry never frees bytes a reader still holds; they go when
-//! the last `Arc` drops. CLOCK's referenced bits are a bitmap beside the slots (a bit per entry,
-//! not a padded byte in each slot).
+//! sweep it) plus a hash table of slot numbers. The key is stored once, in its [`Entry`]: the
+//! table holds only a `u32` per entry and finds keys through the slots (hashbrown's
+//! `HashTable`), which halves the index's memory against a map that keeps its own copy of every
+//! key. Entries are reference-counted: replacing or removing one never frees bytes a reader
+//! still holds; they go when the last clone drops. CLOCK's referenced bits are a bitmap beside
+//! the slots (a bit per entry, not a padded byte in each slot).
+
+mod entry;
+
+pub(crate) use entry::Entry;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
 
@@ -17,15 +21,10 @@ use crate::eviction::clock_pick;
 
 const SHARDS: usize = 64;
 
-pub(crate) struct Slot<B> {
-    pub key: Box<[u8]>,
-    pub block: Arc<B>,
-}
-
 pub(crate) struct Shard<B> {
     /// Slot numbers, hashed by their slots' keys.
     table: HashTable<u32>,
-    pub slots: Vec<Slot<B>>,
+    pub slots: Vec<Entry<B>>,
     /// Bit `i`: slot `i` was used since the CLOCK hand last passed it.
     pub referenced: ReferencedBits,
     pub hand: usize,
@@ -109,23 +108,21 @@ fn key_hash(key: &[u8]) -> u64 {
 impl<B> Shard<B> {
     fn find(&self, key: Hashed<'_>) -> Option<usize> {
         self.table
-            .find(key.in_shard(), |&i| &*self.slots[i as usize].key == key.key)
+            .find(key.in_shard(), |&i| self.slots[i as usize].key() == key.key)
             .map(|&i| i as usize)
     }
 
-    fn insert_new(&mut self, key: Hashed<'_>, block: Arc<B>) {
+    /// Adds `entry`, whose key is not present and hashes to `in_shard`.
+    fn insert_new(&mut self, in_shard: u64, entry: Entry<B>) {
         let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 entries per shard");
         self.referenced.push(self.slots.len());
-        self.slots.push(Slot {
-            key: key.key.into(),
-            block,
-        });
+        self.slots.push(entry);
         let Shard { table, slots, .. } = self;
-        table.insert_unique(key.in_shard(), i, |&j| key_hash(&slots[j as usize].key));
+        table.insert_unique(in_shard, i, |&j| key_hash(slots[j as usize].key()));
     }
 
-    fn remove_slot(&mut self, i: usize) -> Slot<B> {
-        let key_of = |slots: &[Slot<B>], at: usize| key_hash(&slots[at].key);
+    fn remove_slot(&mut self, i: usize) -> Entry<B> {
+        let key_of = |slots: &[Entry<B>], at: usize| key_hash(slots[at].key());
         let removed_hash = key_of(&self.slots, i);
         if let Ok(entry) = self.table.find_entry(removed_hash, |&j| j as usize == i) {
             entry.remove();
@@ -175,12 +172,12 @@ impl<B> Index<B> {
     }
 
     /// Looks a key up and marks it recently used.
-    pub fn get(&self, key: &[u8]) -> Option<Arc<B>> {
+    pub fn get(&self, key: &[u8]) -> Option<Entry<B>> {
         let key = Hashed::new(key);
         let shard = self.read(key.shard());
         let i = shard.find(key)?;
         shard.referenced.mark(i);
-        Some(Arc::clone(&shard.slots[i].block))
+        Some(shard.slots[i].clone())
     }
 
     pub fn contains(&self, key: &[u8]) -> bool {
@@ -220,36 +217,41 @@ impl<B> Index<B> {
         found
     }
 
-    /// Points `key` at `block`, returning the block it replaced.
-    pub fn insert(&self, key: &[u8], block: Arc<B>) -> Option<Arc<B>> {
-        let key = Hashed::new(key);
-        let mut shard = self.write(key.shard());
-        if let Some(i) = shard.find(key) {
-            shard.referenced.mark(i);
-            return Some(std::mem::replace(&mut shard.slots[i].block, block));
+    /// Stores `entry` under its key, returning the entry it replaced.
+    pub fn insert(&self, entry: Entry<B>) -> Option<Entry<B>> {
+        let key = Hashed::new(entry.key());
+        let (shard_no, in_shard) = (key.shard(), key.in_shard());
+        let mut shard = self.write(shard_no);
+        match shard.find(key) {
+            Some(i) => {
+                shard.referenced.mark(i);
+                Some(std::mem::replace(&mut shard.slots[i], entry))
+            }
+            None => {
+                shard.insert_new(in_shard, entry);
+                None
+            }
         }
-        shard.insert_new(key, block);
-        None
     }
 
-    pub fn remove(&self, key: &[u8]) -> Option<Arc<B>> {
+    pub fn remove(&self, key: &[u8]) -> Option<Entry<B>> {
         let key = Hashed::new(key);
         let mut shard = self.write(key.shard());
         let i = shard.find(key)?;
-        Some(shard.remove_slot(i).block)
+        Some(shard.remove_slot(i))
     }
 
     /// Runs CLOCK over the shards in turn and returns one evictable entry (not removed).
-    pub fn choose_victim(&self, evictable: impl Fn(&B) -> bool) -> Option<(Box<[u8]>, Arc<B>)> {
+    pub fn choose_victim(&self, evictable: impl Fn(&B) -> bool) -> Option<Entry<B>> {
         self.sweep(evictable, false)
     }
 
     /// Like [`Self::choose_victim`] but removes the entry under the same lock.
-    pub fn evict_one(&self, evictable: impl Fn(&B) -> bool) -> Option<(Box<[u8]>, Arc<B>)> {
+    pub fn evict_one(&self, evictable: impl Fn(&B) -> bool) -> Option<Entry<B>> {
         self.sweep(evictable, true)
     }
 
-    fn sweep(&self, evictable: impl Fn(&B) -> bool, remove: bool) -> Option<(Box<[u8]>, Arc<B>)> {
+    fn sweep(&self, evictable: impl Fn(&B) -> bool, remove: bool) -> Option<Entry<B>> {
         for _ in 0..SHARDS {
             let s = self.clock_shard.fetch_add(1, Ordering::Relaxed) % SHARDS;
             let mut shard = self.write(s);
@@ -257,21 +259,19 @@ impl<B> Index<B> {
                 continue;
             };
             if remove {
-                let slot = shard.remove_slot(i);
-                return Some((slot.key, slot.block));
+                return Some(shard.remove_slot(i));
             }
-            let slot = &shard.slots[i];
-            return Some((slot.key.clone(), Arc::clone(&slot.block)));
+            return Some(shard.slots[i].clone());
         }
         None
     }
 
     /// Visits every entry (shard by shard; concurrent changes may or may not be seen).
-    pub fn for_each(&self, mut f: impl FnMut(&[u8], &Arc<B>)) {
+    pub fn for_each(&self, mut f: impl FnMut(&Entry<B>)) {
         for i in 0..SHARDS {
             let shard = self.read(i);
-            for slot in &shard.slots {
-                f(&slot.key, &slot.block);
+            for entry in &shard.slots {
+                f(entry);
             }
         }
     }
@@ -320,10 +320,10 @@ mod tests {
     #[test]
     fn insert_replace_remove() {
         let idx: Index<u32> = Index::new();
-        assert!(idx.insert(b"a", Arc::new(1)).is_none());
-        assert_eq!(*idx.insert(b"a", Arc::new(2)).unwrap(), 1);
+        assert!(idx.insert(Entry::new(b"a", 1)).is_none());
+        assert_eq!(*idx.insert(Entry::new(b"a", 2)).unwrap(), 1);
         for k in 0..100u32 {
-            idx.insert(&k.to_le_bytes(), Arc::new(k));
+            idx.insert(Entry::new(&k.to_le_bytes(), k));
         }
         assert_eq!(idx.len(), 101);
         assert_eq!(*idx.remove(b"a").unwrap(), 2);
@@ -339,10 +339,10 @@ mod tests {
     fn clock_spares_recently_used_and_unevictable() {
         let idx: Index<u32> = Index::new();
         for k in 0..50u32 {
-            idx.insert(&k.to_le_bytes(), Arc::new(k));
+            idx.insert(Entry::new(&k.to_le_bytes(), k));
         }
         let mut evicted = Vec::new();
-        while let Some((_, b)) = idx.evict_one(|v| *v % 2 == 0) {
+        while let Some(b) = idx.evict_one(|v| *v % 2 == 0) {
             evicted.push(*b);
         }
         assert_eq!(evicted.len(), 25);
@@ -354,7 +354,7 @@ mod tests {
     fn contains_many_answers_in_the_callers_order() {
         let idx: Index<u32> = Index::new();
         for k in (0..300u32).step_by(3) {
-            idx.insert(&k.to_le_bytes(), Arc::new(k));
+            idx.insert(Entry::new(&k.to_le_bytes(), k));
         }
         let keys: Vec<[u8; 4]> = (0..300u32).rev().map(u32::to_le_bytes).collect();
         let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
@@ -373,7 +373,7 @@ mod tests {
             for (n, (k, insert)) in ops.into_iter().enumerate() {
                 let key = [k];
                 if insert {
-                    proptest::prop_assert_eq!(idx.insert(&key, Arc::new(n as u32)).map(|b| *b), model.insert(k, n as u32));
+                    proptest::prop_assert_eq!(idx.insert(Entry::new(&key, n as u32)).map(|b| *b), model.insert(k, n as u32));
                 } else {
                     proptest::prop_assert_eq!(idx.remove(&key).map(|b| *b), model.remove(&k));
                 }
