@@ -2,12 +2,12 @@
 //! set bits and takes the first entry found clear. Entries the caller marks unevictable (pinned
 //! for an RDMA read) are skipped.
 
-use crate::index::Shard;
+use crate::index::{Entry, Shard};
 
 /// Advances the shard's hand and returns the slot to evict, if any is evictable.
 pub(crate) fn clock_pick<B>(
     shard: &mut Shard<B>,
-    evictable: &impl Fn(&B) -> bool,
+    evictable: &impl Fn(&Entry<B>) -> bool,
 ) -> Option<usize> {
     let n = shard.slots.len();
     // Two full turns: the first may only clear referenced bits.

@@ -1,7 +1,7 @@
 //! Memory mode: values live in the arena; the index maps keys to arena blocks.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::arena::{ArenaBlock, ArenaInfo, MemoryArena};
 use crate::error::{Result, StoreError};
@@ -11,8 +11,6 @@ use crate::index::{Entry, Index};
 pub(crate) struct MemBlock {
     pub data: ArenaBlock,
     pub checksum: u64,
-    /// Outstanding RDMA pins; eviction skips pinned blocks.
-    pub pins: AtomicU32,
 }
 
 pub(crate) struct MemoryBackend {
@@ -36,12 +34,10 @@ impl MemoryBackend {
         ArenaBlock::allocate(&self.arena, len)
     }
 
-    /// Evicts one committed, unpinned value. `false` when nothing is evictable.
+    /// Evicts one committed value that no reader holds (an RDMA pin, a response being sent):
+    /// dropping one still held would free nothing. `false` when nothing is evictable.
     pub fn evict_one(&self) -> bool {
-        match self
-            .index
-            .evict_one(|b| b.pins.load(Ordering::Acquire) == 0)
-        {
+        match self.index.evict_one(Entry::only_in_index) {
             Some(old) => {
                 self.value_bytes
                     .fetch_sub(old.data.len() as u64, Ordering::Relaxed);
@@ -63,11 +59,7 @@ impl MemoryBackend {
             }
         }
         let len = data.len() as u64;
-        let block = MemBlock {
-            data,
-            checksum,
-            pins: AtomicU32::new(0),
-        };
+        let block = MemBlock { data, checksum };
         self.value_bytes.fetch_add(len, Ordering::Relaxed);
         if let Some(old) = self.index.insert(Entry::new(key, block)) {
             self.value_bytes

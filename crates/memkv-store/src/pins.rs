@@ -1,5 +1,6 @@
-//! Pins for one-sided (RDMA READ) access: a pinned block keeps its arena bytes unchanged and
-//! is skipped by eviction until released or until its lease runs out.
+//! Pins for one-sided (RDMA READ) access: a pinned block keeps its arena bytes unchanged until
+//! released or until its lease runs out. The pin holds the index entry, so eviction, which takes
+//! only entries nobody else holds, skips it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +24,6 @@ impl PinTable {
 
     pub fn pin(&self, block: Entry<MemBlock>, deadline: Instant) -> Pinned {
         let pin_id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        block.pins.fetch_add(1, Ordering::AcqRel);
         let pinned = Pinned {
             pin_id,
             arena_offset: block.data.offset(),
@@ -35,26 +35,15 @@ impl PinTable {
     }
 
     pub fn release(&self, pin_id: u64) -> bool {
+        // The entry drops after the lock does: it may be the last holder and free the bytes.
         let removed = self.lock().remove(&pin_id);
-        match removed {
-            Some((block, _)) => {
-                block.pins.fetch_sub(1, Ordering::AcqRel);
-                true
-            }
-            None => false,
-        }
+        removed.is_some()
     }
 
     pub fn reap(&self, now: Instant) -> usize {
         let mut pins = self.lock();
         let before = pins.len();
-        pins.retain(|_, (block, deadline)| {
-            let keep = now <= *deadline;
-            if !keep {
-                block.pins.fetch_sub(1, Ordering::AcqRel);
-            }
-            keep
-        });
+        pins.retain(|_, (_, deadline)| now <= *deadline);
         before - pins.len()
     }
 

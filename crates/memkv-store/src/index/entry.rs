@@ -23,6 +23,12 @@ impl<B> Entry<B> {
         &self.0.slice
     }
 
+    /// Whether no one but its one holder (the index, when called on the index's own entry)
+    /// holds this entry: a reader that holds it has cloned it under the shard's lock.
+    pub fn only_in_index(this: &Self) -> bool {
+        ThinArc::strong_count(&this.0) == 1
+    }
+
     /// Whether both are the same stored entry (not merely equal keys and blocks).
     pub fn same(a: &Self, b: &Self) -> bool {
         std::ptr::eq(a.0.ptr(), b.0.ptr())
@@ -71,8 +77,10 @@ mod tests {
         let a = Entry::new(b"key/1", Counted(Arc::clone(&drops)));
         let b = a.clone();
         assert!(Entry::same(&a, &b));
+        assert!(!Entry::only_in_index(&a));
         assert_eq!(a.key(), b"key/1");
         drop(a);
+        assert!(Entry::only_in_index(&b));
         assert_eq!(drops.load(Ordering::SeqCst), 0);
         drop(b);
         assert_eq!(drops.load(Ordering::SeqCst), 1);

@@ -242,16 +242,16 @@ impl<B> Index<B> {
     }
 
     /// Runs CLOCK over the shards in turn and returns one evictable entry (not removed).
-    pub fn choose_victim(&self, evictable: impl Fn(&B) -> bool) -> Option<Entry<B>> {
+    pub fn choose_victim(&self, evictable: impl Fn(&Entry<B>) -> bool) -> Option<Entry<B>> {
         self.sweep(evictable, false)
     }
 
     /// Like [`Self::choose_victim`] but removes the entry under the same lock.
-    pub fn evict_one(&self, evictable: impl Fn(&B) -> bool) -> Option<Entry<B>> {
+    pub fn evict_one(&self, evictable: impl Fn(&Entry<B>) -> bool) -> Option<Entry<B>> {
         self.sweep(evictable, true)
     }
 
-    fn sweep(&self, evictable: impl Fn(&B) -> bool, remove: bool) -> Option<Entry<B>> {
+    fn sweep(&self, evictable: impl Fn(&Entry<B>) -> bool, remove: bool) -> Option<Entry<B>> {
         for _ in 0..SHARDS {
             let s = self.clock_shard.fetch_add(1, Ordering::Relaxed) % SHARDS;
             let mut shard = self.write(s);
@@ -342,7 +342,7 @@ mod tests {
             idx.insert(Entry::new(&k.to_le_bytes(), k));
         }
         let mut evicted = Vec::new();
-        while let Some(b) = idx.evict_one(|v| *v % 2 == 0) {
+        while let Some(b) = idx.evict_one(|v| **v % 2 == 0) {
             evicted.push(*b);
         }
         assert_eq!(evicted.len(), 25);
