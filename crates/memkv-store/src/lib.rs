@@ -18,8 +18,8 @@
 //!   a half fills. Commits are acknowledged after data and record are synced, grouped across
 //!   concurrent committers; reads are verified against xxh3-64 and corrupt values dropped.
 //! * **Reservations** (`reservation`): two-phase puts by handle or id, with a lease so a
-//!   writer that disappears leaks nothing. **Eviction** (`eviction`): CLOCK over committed,
-//!   unpinned blocks, or `Full` errors when eviction is off.
+//!   writer that disappears leaks nothing. **Eviction** (`eviction`): CLOCK over committed
+//!   blocks that no reader holds (pinned or being sent), or `Full` errors when eviction is off.
 //!
 //! * **Checksums** ([`mod@checksum`], public; the `memkv-checksum` crate): xxh3-64 everywhere,
 //!   with an AVX2 build (picked at run time) that also copies while hashing, so a memory-mode put reads its

@@ -1,12 +1,11 @@
 //! Sharded key -> block index shared by both modes.
 //!
-//! Each shard keeps its entries in a dense vector (so the CLOCK hand in [`crate::eviction`] can
-//! sweep it) plus a hash table of slot numbers. The key is stored once, in its [`Entry`]: the
-//! table holds only a `u32` per entry and finds keys through the slots (hashbrown's
-//! `HashTable`), which halves the index's memory against a map that keeps its own copy of every
-//! key. Entries are reference-counted: replacing or removing one never frees bytes a reader
-//! still holds; they go when the last clone drops. CLOCK's referenced bits are a bitmap beside
-//! the slots (a bit per entry, not a padded byte in each slot).
+//! Each shard is a hash table of [`Entry`]s (hashbrown's `HashTable`), found by their own keys:
+//! the key is stored once, in its entry, and a lookup loads the table's bucket and then the
+//! entry, where the key it compares and the block it returns sit together. Entries are
+//! reference-counted: replacing or removing one never frees bytes a reader still holds; they go
+//! when the last clone drops. CLOCK's hand ([`crate::eviction`]) sweeps the table's buckets,
+//! and its referenced bits are a bitmap beside them, a bit per bucket.
 
 mod entry;
 
@@ -22,15 +21,13 @@ use crate::eviction::clock_pick;
 const SHARDS: usize = 64;
 
 pub(crate) struct Shard<B> {
-    /// Slot numbers, hashed by their slots' keys.
-    table: HashTable<u32>,
-    pub slots: Vec<Entry<B>>,
-    /// Bit `i`: slot `i` was used since the CLOCK hand last passed it.
+    pub table: HashTable<Entry<B>>,
+    /// Bit `i`: the entry in bucket `i` was used since the CLOCK hand last passed it.
     pub referenced: ReferencedBits,
     pub hand: usize,
 }
 
-/// One bit per slot, set by readers under the shard's read lock.
+/// One bit per bucket, set by readers under the shard's read lock.
 #[derive(Default)]
 pub(crate) struct ReferencedBits(Vec<AtomicU64>);
 
@@ -50,28 +47,12 @@ impl ReferencedBits {
         self.0[w].fetch_and(!bit, Ordering::Relaxed) & bit != 0
     }
 
-    /// Sets bit `len` for a slot pushed at the end (`len` slots before it).
-    fn push(&mut self, len: usize) {
-        let (w, _) = Self::word_bit(len);
-        if w == self.0.len() {
-            self.0.push(AtomicU64::new(0));
-        }
-        self.mark(len);
-    }
-
-    /// Mirrors `Vec::swap_remove(i)` on `len` slots: the last bit moves to `i`.
-    fn swap_remove(&mut self, i: usize, len: usize) {
-        let last = len - 1;
-        let moved = self.take(last);
-        if i != last {
-            self.take(i);
-            if moved {
-                self.mark(i);
-            }
-        }
-        if last % 64 == 0 {
-            self.0.pop();
-        }
+    /// `buckets` bits, all set: after the table moved its entries to other buckets, every
+    /// entry starts over as recently used (a second chance rather than a wrong first).
+    fn reset(&mut self, buckets: usize) {
+        self.0.clear();
+        self.0
+            .resize_with(buckets.div_ceil(64), || AtomicU64::new(u64::MAX));
     }
 }
 
@@ -100,44 +81,52 @@ impl<'a> Hashed<'a> {
     }
 }
 
-/// The hash of a stored key within its shard (the table's rehash needs it).
-fn key_hash(key: &[u8]) -> u64 {
-    Hashed::new(key).in_shard()
+/// The hash of a stored entry within its shard (the table's rehash needs it).
+fn entry_hash<B>(entry: &Entry<B>) -> u64 {
+    Hashed::new(entry.key()).in_shard()
 }
 
 impl<B> Shard<B> {
-    fn find(&self, key: Hashed<'_>) -> Option<usize> {
+    fn bucket_of(&self, key: Hashed<'_>) -> Option<usize> {
         self.table
-            .find(key.in_shard(), |&i| self.slots[i as usize].key() == key.key)
-            .map(|&i| i as usize)
+            .find_bucket_index(key.in_shard(), |e| e.key() == key.key)
     }
 
-    /// Adds `entry`, whose key is not present and hashes to `in_shard`.
-    fn insert_new(&mut self, in_shard: u64, entry: Entry<B>) {
-        let i = u32::try_from(self.slots.len()).expect("fewer than 2^32 entries per shard");
-        self.referenced.push(self.slots.len());
-        self.slots.push(entry);
-        let Shard { table, slots, .. } = self;
-        table.insert_unique(in_shard, i, |&j| key_hash(slots[j as usize].key()));
+    fn contains(&self, key: Hashed<'_>) -> bool {
+        self.table
+            .find(key.in_shard(), |e| e.key() == key.key)
+            .is_some()
     }
 
-    fn remove_slot(&mut self, i: usize) -> Entry<B> {
-        let key_of = |slots: &[Entry<B>], at: usize| key_hash(slots[at].key());
-        let removed_hash = key_of(&self.slots, i);
-        if let Ok(entry) = self.table.find_entry(removed_hash, |&j| j as usize == i) {
-            entry.remove();
-        }
-        self.referenced.swap_remove(i, self.slots.len());
-        let slot = self.slots.swap_remove(i);
-        if i < self.slots.len() {
-            // The last slot moved into `i`: repoint its table entry.
-            let last = self.slots.len() as u32;
-            let moved_hash = key_of(&self.slots, i);
-            if let Some(entry) = self.table.find_mut(moved_hash, |&j| j == last) {
-                *entry = i as u32;
+    /// Stores `entry` (whose key hashes to `key`), returning the one it replaced.
+    fn insert(&mut self, key_hash: u64, entry: Entry<B>) -> Option<Entry<B>> {
+        let found = self.table.find_entry(key_hash, |e| e.key() == entry.key());
+        match found {
+            Ok(mut present) => {
+                self.referenced.mark(present.bucket_index());
+                Some(std::mem::replace(present.get_mut(), entry))
+            }
+            Err(absent) => {
+                let table = absent.into_table();
+                // A full table rehashes on this insert (grown or in place), moving entries.
+                let rehashes = table.len() == table.capacity();
+                let bucket = table
+                    .insert_unique(key_hash, entry, entry_hash)
+                    .bucket_index();
+                if rehashes {
+                    self.referenced.reset(table.num_buckets());
+                }
+                self.referenced.mark(bucket);
+                None
             }
         }
-        slot
+    }
+
+    fn remove(&mut self, key: Hashed<'_>) -> Option<Entry<B>> {
+        let found = self
+            .table
+            .find_entry(key.in_shard(), |e| e.key() == key.key);
+        found.ok().map(|e| e.remove().0)
     }
 }
 
@@ -153,7 +142,6 @@ impl<B> Index<B> {
                 .map(|_| {
                     RwLock::new(Shard {
                         table: HashTable::new(),
-                        slots: Vec::new(),
                         referenced: ReferencedBits::default(),
                         hand: 0,
                     })
@@ -175,14 +163,14 @@ impl<B> Index<B> {
     pub fn get(&self, key: &[u8]) -> Option<Entry<B>> {
         let key = Hashed::new(key);
         let shard = self.read(key.shard());
-        let i = shard.find(key)?;
+        let i = shard.bucket_of(key)?;
         shard.referenced.mark(i);
-        Some(shard.slots[i].clone())
+        shard.table.get_bucket(i).cloned()
     }
 
     pub fn contains(&self, key: &[u8]) -> bool {
         let key = Hashed::new(key);
-        self.read(key.shard()).find(key).is_some()
+        self.read(key.shard()).contains(key)
     }
 
     /// Whether each key is present, in order. Keys are grouped by shard so each shard is locked
@@ -211,7 +199,7 @@ impl<B> Index<B> {
             }
             let shard = self.read(s);
             for &i in members {
-                found[i as usize] = shard.find(hashed[i as usize]).is_some();
+                found[i as usize] = shard.contains(hashed[i as usize]);
             }
         }
         found
@@ -220,25 +208,13 @@ impl<B> Index<B> {
     /// Stores `entry` under its key, returning the entry it replaced.
     pub fn insert(&self, entry: Entry<B>) -> Option<Entry<B>> {
         let key = Hashed::new(entry.key());
-        let (shard_no, in_shard) = (key.shard(), key.in_shard());
-        let mut shard = self.write(shard_no);
-        match shard.find(key) {
-            Some(i) => {
-                shard.referenced.mark(i);
-                Some(std::mem::replace(&mut shard.slots[i], entry))
-            }
-            None => {
-                shard.insert_new(in_shard, entry);
-                None
-            }
-        }
+        let (shard, in_shard) = (key.shard(), key.in_shard());
+        self.write(shard).insert(in_shard, entry)
     }
 
     pub fn remove(&self, key: &[u8]) -> Option<Entry<B>> {
         let key = Hashed::new(key);
-        let mut shard = self.write(key.shard());
-        let i = shard.find(key)?;
-        Some(shard.remove_slot(i))
+        self.write(key.shard()).remove(key)
     }
 
     /// Runs CLOCK over the shards in turn and returns one evictable entry (not removed).
@@ -258,10 +234,11 @@ impl<B> Index<B> {
             let Some(i) = clock_pick(&mut shard, &evictable) else {
                 continue;
             };
-            if remove {
-                return Some(shard.remove_slot(i));
-            }
-            return Some(shard.slots[i].clone());
+            return if remove {
+                shard.table.get_bucket_entry(i).ok().map(|e| e.remove().0)
+            } else {
+                shard.table.get_bucket(i).cloned()
+            };
         }
         None
     }
@@ -270,14 +247,12 @@ impl<B> Index<B> {
     pub fn for_each(&self, mut f: impl FnMut(&Entry<B>)) {
         for i in 0..SHARDS {
             let shard = self.read(i);
-            for entry in &shard.slots {
-                f(entry);
-            }
+            shard.table.iter().for_each(&mut f);
         }
     }
 
     pub fn len(&self) -> usize {
-        (0..SHARDS).map(|i| self.read(i).slots.len()).sum()
+        (0..SHARDS).map(|i| self.read(i).table.len()).sum()
     }
 }
 
@@ -287,29 +262,32 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// The bitmap tracks a `Vec<bool>` through pushes, swap-removes, marks and takes.
+        /// The bitmap tracks a `Vec<bool>` through marks, takes and resets.
         #[test]
-        fn referenced_bits_follow_their_slots(ops in prop::collection::vec((0u8..4, any::<u16>()), 1..600)) {
+        fn referenced_bits_follow_their_buckets(
+            buckets in 1usize..300,
+            ops in prop::collection::vec((0u8..3, any::<u16>()), 1..600),
+        ) {
             let mut bits = ReferencedBits::default();
-            let mut model: Vec<bool> = Vec::new();
+            bits.reset(buckets);
+            let mut model = vec![true; buckets];
             for (op, at) in ops {
-                let i = usize::from(at) % model.len().max(1);
+                let i = usize::from(at) % buckets;
                 match op {
-                    0 | 1 => {
-                        bits.push(model.len());
-                        model.push(true);
+                    0 => {
+                        bits.mark(i);
+                        model[i] = true;
                     }
-                    2 if !model.is_empty() => {
-                        bits.swap_remove(i, model.len());
-                        model.swap_remove(i);
-                    }
-                    3 if !model.is_empty() => {
+                    1 => {
                         prop_assert_eq!(bits.take(i), model[i]);
                         model[i] = false;
                     }
+                    _ if at % 50 == 0 => {
+                        bits.reset(buckets);
+                        model = vec![true; buckets];
+                    }
                     _ => {}
                 }
-                prop_assert_eq!(bits.0.len(), model.len().div_ceil(64));
             }
             for (i, &set) in model.iter().enumerate() {
                 prop_assert_eq!(bits.take(i), set);
@@ -364,23 +342,33 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Any sequence of inserts and removes leaves the index agreeing with a plain map, the
-        /// table pointing every key at its own slot.
+        /// Any sequence of inserts, removes and evictions leaves the index agreeing with a
+        /// plain map: through table growth (its entries move to other buckets), CLOCK takes
+        /// only what is stored, and takes it out.
         #[test]
-        fn agrees_with_a_map(ops in proptest::collection::vec((0u8..40, proptest::bool::ANY), 0..400)) {
+        fn agrees_with_a_map(ops in proptest::collection::vec((0u16..300, 0u8..8), 0..1500)) {
             let idx: Index<u32> = Index::new();
             let mut model = std::collections::HashMap::new();
-            for (n, (k, insert)) in ops.into_iter().enumerate() {
-                let key = [k];
-                if insert {
-                    proptest::prop_assert_eq!(idx.insert(Entry::new(&key, n as u32)).map(|b| *b), model.insert(k, n as u32));
-                } else {
-                    proptest::prop_assert_eq!(idx.remove(&key).map(|b| *b), model.remove(&k));
+            for (n, (k, op)) in ops.into_iter().enumerate() {
+                let key = k.to_le_bytes();
+                match op {
+                    0..=4 => proptest::prop_assert_eq!(
+                        idx.insert(Entry::new(&key, n as u32)).map(|b| *b),
+                        model.insert(k, n as u32)
+                    ),
+                    5 | 6 => proptest::prop_assert_eq!(idx.remove(&key).map(|b| *b), model.remove(&k)),
+                    _ => match idx.evict_one(|_| true) {
+                        Some(e) => {
+                            let k = u16::from_le_bytes(e.key().try_into().unwrap());
+                            proptest::prop_assert_eq!(model.remove(&k), Some(*e));
+                        }
+                        None => proptest::prop_assert!(model.is_empty()),
+                    },
                 }
             }
             proptest::prop_assert_eq!(idx.len(), model.len());
-            for k in 0u8..40 {
-                proptest::prop_assert_eq!(idx.get(&[k]).map(|b| *b), model.get(&k).copied());
+            for k in 0u16..300 {
+                proptest::prop_assert_eq!(idx.get(&k.to_le_bytes()).map(|b| *b), model.get(&k).copied());
             }
         }
     }
