@@ -98,7 +98,8 @@ impl<B> Shard<B> {
             .is_some()
     }
 
-    /// Stores `entry` (whose key hashes to `key`), returning the one it replaced.
+    /// Stores `entry`, whose key hashes to `key_hash` in this shard, returning the one it
+    /// replaced.
     fn insert(&mut self, key_hash: u64, entry: Entry<B>) -> Option<Entry<B>> {
         let found = self.table.find_entry(key_hash, |e| e.key() == entry.key());
         match found {
