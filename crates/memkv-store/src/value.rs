@@ -1,9 +1,9 @@
 //! What reads hand back: [`ValueRef`] (zero-copy in memory mode) and [`Pinned`] (for RDMA).
 
-use crate::index::Entry;
 use std::fmt;
 use std::ops::Deref;
 
+use crate::index::Entry;
 use crate::memory::MemBlock;
 
 /// A stored value. In memory mode it borrows the arena bytes directly and keeps them alive and

@@ -209,7 +209,7 @@ impl FileBackend {
             match op {
                 Op::Commit { entry, .. } => {
                     dirty.extend(entry.extents.ids.iter().map(|&e| split_extent(e).0));
-                    records.push(commit_record(entry.key(), entry));
+                    records.push(commit_record(entry));
                     overlay.insert(entry.key(), Some(entry.clone()));
                     journaled.push(true);
                 }
@@ -318,7 +318,7 @@ impl FileBackend {
                     }
                 }
                 match state {
-                    Some(block) => commit_record(k, &block),
+                    Some(block) => commit_record(&block),
                     None => Record::Delete { key: k.into() },
                 }
             })
@@ -347,8 +347,7 @@ impl FileBackend {
             + 2 * PAGE;
         journal.reserve(need, || {
             let mut live = Vec::new();
-            self.index
-                .for_each(|b| live.push(commit_record(b.key(), b)));
+            self.index.for_each(|b| live.push(commit_record(b)));
             live
         })?;
         if !records.is_empty() {
@@ -375,12 +374,13 @@ impl FileBackend {
     }
 }
 
-fn commit_record(key: &[u8], block: &FileBlock) -> Record {
+/// The journal record of a stored entry: what replay needs to index it again.
+pub(super) fn commit_record(entry: &Entry<FileBlock>) -> Record {
     Record::Commit(CommitRecord {
-        key: key.into(),
-        len: block.len,
-        checksum: block.checksum,
-        extents: block.extents.ids.to_vec(),
+        key: entry.key().into(),
+        len: entry.len,
+        checksum: entry.checksum,
+        extents: entry.extents.ids.to_vec(),
     })
 }
 

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
-use super::commit::{BATCH_BYTES, GroupCommit};
+use super::commit::{BATCH_BYTES, GroupCommit, commit_record};
 use super::direct::DirectDrive;
 use super::extents::{ExtentAllocator, split_extent};
 use super::io::{ExtentIo, FileDrive, InjectedDrive};
@@ -130,14 +130,7 @@ pub(super) fn open(
     // A fresh generation, so stale records past the replayed tail can never be mistaken for
     // new ones.
     let mut snapshot = Vec::new();
-    index.for_each(|b: &Entry<FileBlock>| {
-        snapshot.push(Record::Commit(CommitRecord {
-            key: b.key().into(),
-            len: b.len,
-            checksum: b.checksum,
-            extents: b.extents.ids.to_vec(),
-        }))
-    });
+    index.for_each(|b| snapshot.push(commit_record(b)));
     journal.compact(snapshot)?;
     upgrade_superblocks(&drives, &sbs)?;
     tracing::info!(
