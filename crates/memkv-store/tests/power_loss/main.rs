@@ -2,7 +2,8 @@
 //! simulated drives (tests/common/fault_drive.rs, a test double behind `Store::open_on_drives`)
 //! whose power is cut at a seeded write or sync; what survives is the synced sectors plus any
 //! subset of the unsynced ones (lost, kept, reordered or torn at 512 B or 4 KiB); the store is
-//! reopened and every key checked against what was acknowledged (power_loss/sim.rs).
+//! reopened and every key checked against what was acknowledged (power_loss/sim.rs; with four
+//! writers committing at once, power_loss/concurrent.rs).
 //!
 //! Invariants, on every crash: nothing acknowledged is lost, no value nobody wrote appears,
 //! nothing corrupt is served, and the reopen succeeds. With sectors torn into garbage, nothing
@@ -16,6 +17,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod concurrent;
 mod sim;
 
 use common::rng::seed_from_env;
@@ -50,6 +52,31 @@ fn power_loss_in_file_mode_loses_nothing_acknowledged() {
 #[test]
 fn power_loss_in_direct_mode_loses_nothing_acknowledged() {
     strict(Mode::Direct);
+}
+
+/// Crashes of the concurrent run: fewer, since each life runs four writers.
+const CONCURRENT_CRASHES: u64 = 200;
+
+fn concurrent(mode: Mode) {
+    let seed = seed_from_env(SEED_ENV);
+    eprintln!(
+        "power_loss: {SEED_ENV}={seed} ({mode:?} mode, 4 writers, {CONCURRENT_CRASHES} crashes)"
+    );
+    let acknowledged = concurrent::run(seed, mode, CONCURRENT_CRASHES);
+    assert!(
+        acknowledged > CONCURRENT_CRASHES,
+        "the writers hardly ran: {acknowledged} acknowledged"
+    );
+}
+
+#[test]
+fn power_loss_with_concurrent_writers_in_file_mode_loses_nothing_acknowledged() {
+    concurrent(Mode::File);
+}
+
+#[test]
+fn power_loss_with_concurrent_writers_in_direct_mode_loses_nothing_acknowledged() {
+    concurrent(Mode::Direct);
 }
 
 #[test]

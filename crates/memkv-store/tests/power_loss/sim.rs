@@ -17,13 +17,13 @@ use crate::common::rng::Rng;
 pub const SEED_ENV: &str = "MEMKV_POWER_LOSS_SEED";
 pub const CRASHES_ENV: &str = "MEMKV_POWER_LOSS_CRASHES";
 
-const DRIVES: usize = 2;
+pub const DRIVES: usize = 2;
 const BLOCK: u64 = 64 << 10;
 /// 2 MiB of superblock and journal, then 24 extents of 64 KiB.
-const DRIVE_BYTES: usize = (2 << 20) + 24 * BLOCK as usize;
-const KEYS: u64 = 12;
+pub const DRIVE_BYTES: usize = (2 << 20) + 24 * BLOCK as usize;
+pub const KEYS: u64 = 12;
 /// Writes and syncs one life may reach before its power is cut (about a dozen puts).
-const MAX_STEPS: u64 = 80;
+pub const MAX_STEPS: u64 = 80;
 
 /// What a crash does to the drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn sector(self) -> usize {
+    pub fn sector(self) -> usize {
         match self {
             Mode::File => 512,
             Mode::Direct => 4096,
@@ -141,7 +141,7 @@ pub fn content(key: u64, version: u64, len: usize) -> Vec<u8> {
     v
 }
 
-fn key_bytes(k: u64) -> Vec<u8> {
+pub fn key_bytes(k: u64) -> Vec<u8> {
     format!("key-{k}").into_bytes()
 }
 
@@ -167,7 +167,7 @@ fn config(mode: Mode) -> StoreConfig {
     cfg
 }
 
-fn open(mode: Mode, drives: &[Arc<FaultDrive>]) -> memkv_store::Result<Store> {
+pub fn open(mode: Mode, drives: &[Arc<FaultDrive>]) -> memkv_store::Result<Store> {
     let io: Vec<Arc<dyn DriveIo>> = drives
         .iter()
         .map(|d| Arc::clone(d) as Arc<dyn DriveIo>)
@@ -175,7 +175,7 @@ fn open(mode: Mode, drives: &[Arc<FaultDrive>]) -> memkv_store::Result<Store> {
     Store::open_on_drives(config(mode), io)
 }
 
-fn drives_on(images: Vec<Vec<u8>>, sector: usize, power: &Arc<Power>) -> Vec<Arc<FaultDrive>> {
+pub fn drives_on(images: Vec<Vec<u8>>, sector: usize, power: &Arc<Power>) -> Vec<Arc<FaultDrive>> {
     images
         .into_iter()
         .enumerate()
