@@ -12,15 +12,11 @@ use memkv_store::{Store, StoreError};
 
 use crate::common::fault_drive::{Loss, Power};
 use crate::common::rng::Rng;
-use crate::sim::{DRIVE_BYTES, DRIVES, KEYS, MAX_STEPS, Mode, content, drives_on, key_bytes, open};
+use crate::sim::{
+    DRIVE_BYTES, DRIVES, KEYS, MAX_STEPS, Mode, Op, content, drives_on, key_bytes, open,
+};
 
 const WRITERS: u64 = 4;
-
-#[derive(Debug, Clone, Copy)]
-enum Op {
-    Put { key: u64, version: u64, len: usize },
-    Delete { key: u64 },
-}
 
 /// One writer's view: what each of its keys holds as acknowledged, and the operation that
 /// failed when the power went (it may or may not have landed).

@@ -100,7 +100,7 @@ impl fmt::Display for Tally {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
+pub enum Op {
     Put { key: u64, version: u64, len: usize },
     Delete { key: u64 },
 }
