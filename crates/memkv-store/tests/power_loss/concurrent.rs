@@ -50,11 +50,7 @@ fn write_until_cut(store: &Store, power: &Power, me: u64, seed: u64, writer: &mu
         };
         match done {
             Ok(()) => {
-                let state = match op {
-                    Op::Put { version, len, .. } => Some((version, len)),
-                    Op::Delete { .. } => None,
-                };
-                writer.acked.insert(key, state);
+                writer.acked.insert(key, op.outcome());
                 writer.acknowledged += 1;
             }
             Err(StoreError::Full(_)) if !power.is_cut() => {}
@@ -120,15 +116,7 @@ pub fn run(seed: u64, mode: Mode, crashes: u64) -> u64 {
                 continue;
             }
             let in_flight = writers[(key % WRITERS) as usize].in_flight;
-            let landed = match in_flight {
-                Some(Op::Put {
-                    key: k,
-                    version,
-                    len,
-                }) if k == key => Some(Some((version, len))),
-                Some(Op::Delete { key: k }) if k == key => Some(None),
-                _ => None,
-            };
+            let landed = in_flight.filter(|op| op.key() == key).map(Op::outcome);
             match landed {
                 Some(state) if holds(state) => {
                     acked.insert(key, state);

@@ -105,6 +105,22 @@ pub enum Op {
     Delete { key: u64 },
 }
 
+impl Op {
+    pub fn key(self) -> u64 {
+        match self {
+            Op::Put { key, .. } | Op::Delete { key } => key,
+        }
+    }
+
+    /// What the key holds once this operation has landed: a value's (version, length), or none.
+    pub fn outcome(self) -> Option<(u64, usize)> {
+        match self {
+            Op::Put { version, len, .. } => Some((version, len)),
+            Op::Delete { .. } => None,
+        }
+    }
+}
+
 /// Every value a key ever held, and what it holds as acknowledged.
 #[derive(Default)]
 struct Model {
@@ -114,14 +130,9 @@ struct Model {
 
 impl Model {
     fn apply(&mut self, op: Op) {
-        match op {
-            Op::Put { key, version, len } => {
-                self.current.insert(key, Some((version, len)));
-                self.history.entry(key).or_default().push((version, len));
-            }
-            Op::Delete { key } => {
-                self.current.insert(key, None);
-            }
+        self.current.insert(op.key(), op.outcome());
+        if let Some(value) = op.outcome() {
+            self.history.entry(op.key()).or_default().push(value);
         }
     }
 
