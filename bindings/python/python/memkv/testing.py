@@ -133,9 +133,19 @@ class MemkvServer:
     def pid(self) -> int:
         return self._proc.pid
 
-    def pause(self) -> None:
-        """SIGSTOP: the server keeps its connections but answers nothing (a hung host)."""
+    def pause(self, timeout: float = 5.0) -> None:
+        """SIGSTOP: the server keeps its connections but answers nothing (a hung host).
+
+        Returns once every thread of the server is stopped: the signal is delivered to each
+        thread on its own, and a thread still running could answer a request sent right after.
+        """
         self._proc.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self._proc.pid}/task")
+        deadline = time.monotonic() + timeout
+        while not _all_stopped(tasks):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"memkv server {self._proc.pid} did not stop within {timeout} s")
+            time.sleep(0.001)
 
     def resume(self) -> None:
         """SIGCONT after ``pause``."""
@@ -163,3 +173,16 @@ class MemkvServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _all_stopped(tasks: Path) -> bool:
+    """Whether every thread under /proc/<pid>/task is stopped (state T or t)."""
+    for stat in tasks.glob("*/stat"):
+        try:
+            text = stat.read_text()
+        except FileNotFoundError:
+            continue  # the thread exited meanwhile
+        # The state follows the command name, which is in parentheses and may hold spaces.
+        if text[text.rindex(")") + 2] not in "Tt":
+            return False
+    return True
