@@ -418,3 +418,49 @@ fn a_sealed_refusal_echoes_the_refused_frame() {
         assert_eq!(&refusal[HEADER_LEN..], b"unknown opcode 0x7f");
     }
 }
+
+/// A frame verified from its header and key before its payload is read: accepted in order,
+/// a flipped header or key bit refused, and a payload-MAC frame never verified this way.
+#[test]
+fn frames_verify_before_their_payload_without_payload_macs_only() {
+    let (mut client, mut server) = established(false, false);
+    let frame = client.sealer.frame(
+        Header::request(Opcode::TcpPut, 4),
+        b"the-key",
+        b"value bytes",
+    );
+    let raw: [u8; HEADER_LEN] = frame[..HEADER_LEN].try_into().unwrap();
+    let key = &frame[HEADER_LEN..HEADER_LEN + 7];
+    for bit in 0..(HEADER_LEN + key.len()) * 8 {
+        let mut bytes = frame[..HEADER_LEN + key.len()].to_vec();
+        bytes[bit / 8] ^= 1 << (bit % 8);
+        let flipped: [u8; HEADER_LEN] = bytes[..HEADER_LEN].try_into().unwrap();
+        let mut opener = server.opener.clone();
+        assert!(
+            opener
+                .verify_before_payload(&flipped, &bytes[HEADER_LEN..])
+                .is_err(),
+            "flip of bit {bit} accepted"
+        );
+    }
+    let header = server.opener.verify_before_payload(&raw, key).unwrap();
+    assert_eq!((header.opcode, header.request_id), (Opcode::TcpPut, 4));
+    assert_eq!(
+        server.opener.verify_before_payload(&raw, key),
+        Err(ProtoError::BadSequence {
+            expected: 1,
+            got: 0
+        })
+    );
+
+    let (mut client, mut server) = established(false, true);
+    let frame = client
+        .sealer
+        .frame(Header::request(Opcode::TcpPut, 1), b"k", b"value");
+    let raw: [u8; HEADER_LEN] = frame[..HEADER_LEN].try_into().unwrap();
+    let refused = server.opener.verify_before_payload(&raw, b"k").unwrap_err();
+    assert!(
+        refused.to_string().contains("covers its payload"),
+        "{refused}"
+    );
+}

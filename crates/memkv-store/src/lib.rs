@@ -77,7 +77,7 @@ pub use file::inspect::{DriveContents, inspect_drive};
 pub use file::io::DriveIo;
 pub use reservation::Reservation;
 pub use stats::{DeviceStats, StoreStats};
-pub use store::Store;
+pub use store::{DirectPut, Store};
 pub use value::{Pinned, ValueRef};
 
 /// On-disk format version this build writes (file mode); older versions are read.

@@ -1,6 +1,9 @@
 //! The public [`Store`]: one API over memory and file mode.
 
 mod arena_access;
+mod put_in_place;
+
+pub use put_in_place::DirectPut;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -75,7 +75,7 @@ pub struct MemoryConfig {
 pub enum StorageMode {
     Memory,
     File,
-    /// Raw NVMe. Parsed so MemKV configs load, but this build cannot run it yet.
+    /// Block devices (or files) through O_DIRECT and io_uring.
     Direct,
 }
 

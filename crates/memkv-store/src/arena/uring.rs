@@ -164,6 +164,21 @@ impl DirectRing {
         })
     }
 
+    /// Takes a free buffer only while more than `keep` others stay free: for a caller that
+    /// holds buffers for as long as a remote peer takes to fill them, so that a slow peer
+    /// never leaves the drive's other requests without buffers.
+    pub fn try_acquire_keeping(&self, keep: usize) -> Option<BufferLease> {
+        let mut free = self.shared.free.lock().unwrap_or_else(|p| p.into_inner());
+        if free.len() <= keep {
+            return None;
+        }
+        let index = free.pop()?;
+        Some(BufferLease {
+            shared: Arc::clone(&self.shared),
+            index,
+        })
+    }
+
     /// Takes a free buffer, waiting for one when all are in use. Only for callers with nothing
     /// in flight (see [`Self::try_acquire`]).
     pub fn acquire(&self) -> BufferLease {

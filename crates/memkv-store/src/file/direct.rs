@@ -23,6 +23,10 @@ pub(crate) const BUFFERS: usize = 32;
 /// Bytes per buffer, so one request moves at most this much.
 pub(crate) const BUFFER_SIZE: usize = 1 << 20;
 
+/// Buffers a drive keeps for its own reads and writes: leases handed out to be filled from a
+/// socket ([`ExtentIo::try_lease`]) never take the last half.
+const LEASE_RESERVE: usize = BUFFERS / 2;
+
 const ALIGN: u64 = DIRECT_ALIGN as u64;
 
 pub(crate) struct DirectDrive {
@@ -205,6 +209,15 @@ impl ExtentIo for DirectDrive {
             f.wait()?;
         }
         Ok(())
+    }
+
+    fn try_lease(&self) -> Option<BufferLease> {
+        self.ring.try_acquire_keeping(LEASE_RESERVE)
+    }
+
+    fn write_leased(&self, lease: BufferLease, offset: u64, len: usize) -> io::Result<InFlight> {
+        self.check_range(offset, len)?;
+        self.ring.submit(lease, Direction::Write, offset, len, 0)
     }
 
     fn sync(&self) -> io::Result<()> {

@@ -8,7 +8,7 @@ use std::ops::Range;
 use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
-use crate::arena::{DriveMap, IncrementalXxh3};
+use crate::arena::{BufferLease, DriveMap, InFlight, IncrementalXxh3};
 
 /// Positional, synchronous block I/O on one drive.
 pub(crate) trait ExtentIo: Send + Sync {
@@ -27,6 +27,19 @@ pub(crate) trait ExtentIo: Send + Sync {
         Ok(false)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// A registered buffer for a caller to fill and hand to [`Self::write_leased`], so bytes
+    /// arriving from a socket land where the drive writes them from. `None`: none to spare
+    /// now, or the drive has no registered buffers (only a direct drive has).
+    fn try_lease(&self) -> Option<BufferLease> {
+        None
+    }
+    /// Starts writing the first `len` bytes of `lease` (a multiple of 4 KiB) at `offset`.
+    fn write_leased(&self, _lease: BufferLease, _offset: u64, _len: usize) -> io::Result<InFlight> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this drive has no registered buffers",
+        ))
+    }
     /// Makes every completed write durable (data only; metadata as needed to read it back).
     fn sync(&self) -> io::Result<()>;
     fn len(&self) -> u64;

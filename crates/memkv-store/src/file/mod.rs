@@ -7,6 +7,7 @@ mod commit;
 mod direct;
 mod discard;
 mod extents;
+mod fill;
 mod health;
 pub(crate) mod inspect;
 pub(crate) mod io;
@@ -34,6 +35,7 @@ pub(crate) use health::DriveHealth;
 use io::ExtentIo;
 use journal::Journal;
 
+pub(crate) use fill::FillInPlace;
 pub(crate) use journal::MAX_EXTENTS_PER_VALUE;
 pub(crate) use superblock::FORMAT_VERSION;
 

@@ -12,8 +12,10 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::{Semaphore, mpsc, watch};
 
-use super::dispatch::{execute, store_status};
-use super::writer::{self, Body, Outgoing, Outstanding};
+mod in_place;
+
+use super::dispatch::execute;
+use super::writer::{self, Outgoing, Outstanding};
 use crate::clients::{ClientEntry, ClientGuard};
 use crate::config::StorageMode;
 use crate::metrics::{RefusalReason, Transport, record_op, record_refusal};
@@ -30,8 +32,6 @@ const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: u64 = 64 << 20;
 /// The in-flight byte budget is counted in units of this many bytes.
 const BUDGET_UNIT: u64 = 1024;
-/// A put's value is read into the arena and hashed in pieces of this size (fits in L2).
-const HASH_PIECE: usize = 256 << 10;
 
 /// Serves one connection until the peer leaves, it misbehaves, or the server drains.
 pub async fn serve(
@@ -158,6 +158,37 @@ async fn read_exact_within<R: AsyncRead + Unpin>(
     })
 }
 
+/// Reads a payload of `len` bytes (checked against the limits with its header) into a buffer
+/// of its own, without zeroing it first: a 1 MiB value otherwise costs a 1 MiB memset.
+async fn read_payload_within<R: AsyncRead + Unpin>(
+    r: &mut R,
+    len: u32,
+    limit: Option<Duration>,
+) -> Result<Vec<u8>, Closed> {
+    let len = len as usize;
+    let read = async {
+        let mut payload = Vec::with_capacity(len);
+        // The allocator may give more capacity than asked: the next frame's bytes stay unread.
+        let mut this_payload = r.take(len as u64);
+        while payload.len() < len {
+            if this_payload.read_buf(&mut payload).await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        Ok::<_, std::io::Error>(payload)
+    };
+    let done = match limit {
+        Some(d) => tokio::time::timeout(d, read)
+            .await
+            .map_err(|_| Closed::Idle(d))?,
+        None => read.await,
+    };
+    done.map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => Closed::Eof,
+        _ => Closed::Io(e),
+    })
+}
+
 impl Connection {
     fn idle(&self) -> Option<Duration> {
         let d = self.shared.config.network.idle_timeout;
@@ -200,12 +231,9 @@ impl Connection {
             let mut key = vec![0u8; usize::from(header.key_len)];
             read_exact_within(&mut self.read, &mut key, idle).await?;
             if header.opcode == Opcode::TcpPut
-                && self.shared.config.storage.mode == StorageMode::Memory
+                && self.put_straight(&raw, &header, &key, started).await?
             {
-                if let Some(done) = self.put_in_place(&raw, &header, &key, started).await? {
-                    self.send(done).await?;
-                    continue;
-                }
+                continue;
             }
             let units =
                 (u64::from(header.payload_len).div_ceil(BUDGET_UNIT)).min(self.budget_units) as u32;
@@ -213,8 +241,7 @@ impl Connection {
                 .acquire_many_owned(units)
                 .await
                 .expect("never closed");
-            let mut payload = vec![0u8; header.payload_len as usize];
-            read_exact_within(&mut self.read, &mut payload, idle).await?;
+            let payload = read_payload_within(&mut self.read, header.payload_len, idle).await?;
             // Puts are checked against their checksum by the store as it commits them.
             let store_checks = matches!(header.opcode, Opcode::TcpPut);
             match self.opener.verify(&raw, &key, &payload, !store_checks) {
@@ -250,62 +277,6 @@ impl Connection {
             }
             self.dispatch(header, key, payload, permit, started).await?;
         }
-    }
-
-    /// Memory mode: reads a TcpPut's value straight into its reservation in the arena.
-    /// `Ok(None)` when no reservation could be made; the caller then reads the value normally
-    /// so the store's refusal reaches the client.
-    async fn put_in_place(
-        &mut self,
-        raw: &[u8; HEADER_LEN],
-        header: &Header,
-        key: &[u8],
-        started: Instant,
-    ) -> Result<Option<Outgoing>, Closed> {
-        let Ok(mut reservation) = self
-            .shared
-            .store
-            .allocate(key, u64::from(header.payload_len))
-        else {
-            return Ok(None);
-        };
-        let id = reservation.id();
-        if reservation.as_mut_slice().is_none() {
-            drop(reservation);
-            let _ = self.shared.store.abort(id);
-            return Ok(None);
-        }
-        let abort = |shared: &Shared| {
-            let _ = shared.store.abort(id);
-        };
-        let idle = self.idle();
-        // In pieces, each hashed as soon as it lands, while it is still in cache: the commit
-        // then does not read the whole value a second time.
-        let len = header.payload_len as usize;
-        let mut filled = 0;
-        while filled < len {
-            let end = (filled + HASH_PIECE).min(len);
-            let slice = reservation.as_mut_slice().expect("memory mode");
-            if let Err(e) = read_exact_within(&mut self.read, &mut slice[filled..end], idle).await {
-                drop(reservation);
-                abort(&self.shared);
-                return Err(e);
-            }
-            filled = end;
-            reservation.hash_filled(filled);
-        }
-        let slice = reservation.as_mut_slice().expect("memory mode");
-        if let Err(e) = self.opener.verify(raw, key, slice, false) {
-            drop(reservation);
-            abort(&self.shared);
-            return self.refuse(raw, e).await.map(|_| None);
-        }
-        let out = match self.shared.store.commit(reservation, header.checksum) {
-            Ok(()) => Outgoing::new(header, Status::Ok, Body::Empty),
-            Err(e) => Outgoing::error(header, store_status(&e), &e.to_string()),
-        };
-        record(&self.shared, &self.client.entry, &out, header, started);
-        Ok(Some(out))
     }
 
     async fn dispatch(

@@ -1,0 +1,150 @@
+//! Puts whose values are read from the socket straight to where they are stored: the arena in
+//! memory mode, the drives' registered buffers in direct mode. Either saves a buffer of the
+//! value's size, zeroed, filled and then copied.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use memkv_proto::{Flags, HEADER_LEN, Header, Status};
+
+use super::{Closed, Connection, read_exact_within, record};
+use crate::config::StorageMode;
+use crate::data::dispatch::store_status;
+use crate::data::writer::{Body, Outgoing};
+use crate::state::Shared;
+
+/// A put's value is read into the arena and hashed in pieces of this size (fits in L2).
+const HASH_PIECE: usize = 256 << 10;
+
+impl Connection {
+    /// Reads a TcpPut's value straight to where it is stored when the storage mode allows,
+    /// and answers it. `Ok(false)`: nothing of the value was read; read it the usual way.
+    pub(super) async fn put_straight(
+        &mut self,
+        raw: &[u8; HEADER_LEN],
+        header: &Header,
+        key: &[u8],
+        started: Instant,
+    ) -> Result<bool, Closed> {
+        match self.shared.config.storage.mode {
+            StorageMode::Memory => match self.put_in_place(raw, header, key, started).await? {
+                Some(done) => self.send(done).await.map(|()| true),
+                None => Ok(false),
+            },
+            // A MAC over the payload is checked over the whole payload, held in one buffer.
+            StorageMode::Direct if !header.flags.contains(Flags::PAYLOAD_MAC) => {
+                self.put_direct_in_place(raw, header, key, started).await
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Memory mode: reads a TcpPut's value straight into its reservation in the arena.
+    /// `Ok(None)` when no reservation could be made; the caller then reads the value normally
+    /// so the store's refusal reaches the client.
+    async fn put_in_place(
+        &mut self,
+        raw: &[u8; HEADER_LEN],
+        header: &Header,
+        key: &[u8],
+        started: Instant,
+    ) -> Result<Option<Outgoing>, Closed> {
+        let Ok(mut reservation) = self
+            .shared
+            .store
+            .allocate(key, u64::from(header.payload_len))
+        else {
+            return Ok(None);
+        };
+        let id = reservation.id();
+        if reservation.as_mut_slice().is_none() {
+            drop(reservation);
+            let _ = self.shared.store.abort(id);
+            return Ok(None);
+        }
+        let abort = |shared: &Shared| {
+            let _ = shared.store.abort(id);
+        };
+        let idle = self.idle();
+        // In pieces, each hashed as soon as it lands, while it is still in cache: the commit
+        // then does not read the whole value a second time.
+        let len = header.payload_len as usize;
+        let mut filled = 0;
+        while filled < len {
+            let end = (filled + HASH_PIECE).min(len);
+            let slice = reservation.as_mut_slice().expect("memory mode");
+            if let Err(e) = read_exact_within(&mut self.read, &mut slice[filled..end], idle).await {
+                drop(reservation);
+                abort(&self.shared);
+                return Err(e);
+            }
+            filled = end;
+            reservation.hash_filled(filled);
+        }
+        let slice = reservation.as_mut_slice().expect("memory mode");
+        if let Err(e) = self.opener.verify(raw, key, slice, false) {
+            drop(reservation);
+            abort(&self.shared);
+            return self.refuse(raw, e).await.map(|_| None);
+        }
+        let out = match self.shared.store.commit(reservation, header.checksum) {
+            Ok(()) => Outgoing::new(header, Status::Ok, Body::Empty),
+            Err(e) => Outgoing::error(header, store_status(&e), &e.to_string()),
+        };
+        record(&self.shared, &self.client.entry, &out, header, started);
+        Ok(Some(out))
+    }
+
+    /// Direct mode: verifies a TcpPut from its header and key, then reads its value straight
+    /// into the drives' registered buffers, each piece written as soon as it is full. The
+    /// commit runs on a blocking thread and answers out of order, as other drive-backed
+    /// requests do. `Ok(false)` when the store had no free room or buffers to spare now (or
+    /// refused the put): nothing was read, and the caller reads the value the usual way.
+    async fn put_direct_in_place(
+        &mut self,
+        raw: &[u8; HEADER_LEN],
+        header: &Header,
+        key: &[u8],
+        started: Instant,
+    ) -> Result<bool, Closed> {
+        let len = u64::from(header.payload_len);
+        let Ok(Some(mut put)) = self.shared.store.put_in_place(key, len) else {
+            return Ok(false);
+        };
+        let header = match self.opener.verify_before_payload(raw, key) {
+            Ok(h) => h,
+            Err(e) => {
+                drop(put);
+                return self.refuse(raw, e).await.map(|()| true);
+            }
+        };
+        let idle = self.idle();
+        while let Some(piece) = put.next_piece() {
+            if let Err(e) = read_exact_within(&mut self.read, piece, idle).await {
+                // Dropping waits for the writes already started: off the runtime's threads.
+                tokio::task::spawn_blocking(move || drop(put));
+                return Err(e);
+            }
+            put.piece_filled();
+        }
+        let shared = Arc::clone(&self.shared);
+        let client = Arc::clone(&self.client.entry);
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let done = tokio::task::spawn_blocking(move || {
+                let out = match put.commit(header.checksum) {
+                    Ok(()) => Outgoing::new(&header, Status::Ok, Body::Empty),
+                    Err(e) => Outgoing::error(&header, store_status(&e), &e.to_string()),
+                };
+                shared.sync_store_metrics();
+                record(&shared, &client, &out, &header, started);
+                out
+            })
+            .await;
+            if let Ok(out) = done {
+                let _ = tx.send(out).await;
+            }
+        });
+        Ok(true)
+    }
+}
