@@ -75,14 +75,28 @@ fn crash_child() {
             };
             let v = content(key, version, len);
             writeln!(out, "B P {key} {version} {len}").unwrap();
-            if rng.next() % 2 == 0 {
-                store.put(&kb, &v).unwrap();
-            } else {
-                let mut r = store.allocate(&kb, len as u64).unwrap();
-                for (i, chunk) in v.chunks(100_000).enumerate() {
-                    r.write_at((i * 100_000) as u64, chunk).unwrap();
+            match rng.next() % 3 {
+                0 => store.put(&kb, &v).unwrap(),
+                // Direct mode: read straight into the drive's buffers, as a TCP put is.
+                1 if direct => match store.put_in_place(&kb, len as u64).unwrap() {
+                    Some(mut put) => {
+                        let mut at = 0;
+                        while let Some(piece) = put.next_piece() {
+                            piece.copy_from_slice(&v[at..at + piece.len()]);
+                            at += piece.len();
+                            put.piece_filled();
+                        }
+                        put.commit(checksum(&v)).unwrap();
+                    }
+                    None => store.put(&kb, &v).unwrap(),
+                },
+                _ => {
+                    let mut r = store.allocate(&kb, len as u64).unwrap();
+                    for (i, chunk) in v.chunks(100_000).enumerate() {
+                        r.write_at((i * 100_000) as u64, chunk).unwrap();
+                    }
+                    store.commit(r, checksum(&v)).unwrap();
                 }
-                store.commit(r, checksum(&v)).unwrap();
             }
             writeln!(out, "A P {key} {version} {len}").unwrap();
         } else {
