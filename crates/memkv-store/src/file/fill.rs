@@ -13,10 +13,9 @@ use std::sync::atomic::Ordering;
 
 use super::commit::{Op, WriteGuard};
 use super::extents::split_extent;
-use super::{DriveError, FileBackend, FileBlock, FileSpace};
+use super::{DriveError, FileBackend, FileSpace};
 use crate::arena::{BufferLease, DIRECT_ALIGN, InFlight, Xxh3Stream};
 use crate::error::{Result, StoreError};
-use crate::index::Entry;
 
 /// A leased buffer and where its bytes go.
 struct Piece {
@@ -139,14 +138,7 @@ impl FileBackend {
             drop(in_flight);
             return Err(refused);
         }
-        let entry = Entry::new(
-            key,
-            FileBlock {
-                extents: space.extents,
-                len: space.len,
-                checksum,
-            },
-        );
+        let entry = space.into_entry(key, checksum);
         let (guard, written) = WriteGuard::new();
         let ticket = self.enqueue(Op::Commit {
             entry,

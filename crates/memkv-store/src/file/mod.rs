@@ -74,6 +74,19 @@ impl FileSpace {
     pub fn len(&self) -> u64 {
         self.len
     }
+
+    /// The index entry this space becomes once its bytes, hashing to `checksum`, are stored
+    /// under `key`.
+    fn into_entry(self, key: &[u8], checksum: u64) -> Entry<FileBlock> {
+        Entry::new(
+            key,
+            FileBlock {
+                extents: self.extents,
+                len: self.len,
+                checksum,
+            },
+        )
+    }
 }
 
 /// How drives are opened.
@@ -187,13 +200,7 @@ impl FileBackend {
 
     /// Journals the value durably, then publishes it. `verify`: check the bytes hash to
     /// `checksum` first (reading them back if they were written out of order).
-    pub fn commit(
-        &self,
-        key: &[u8],
-        mut space: FileSpace,
-        checksum: u64,
-        verify: bool,
-    ) -> Result<()> {
+    pub fn commit(&self, key: &[u8], space: FileSpace, checksum: u64, verify: bool) -> Result<()> {
         if verify {
             let actual = match space.hashed {
                 Some(h) if h == space.len => space.whole.unwrap_or_else(|| space.hasher.digest()),
@@ -209,14 +216,8 @@ impl FileBackend {
                 });
             }
         }
-        space.hashed = None;
-        let block = FileBlock {
-            extents: space.extents,
-            len: space.len,
-            checksum,
-        };
         self.submit(Op::Commit {
-            entry: Entry::new(key, block),
+            entry: space.into_entry(key, checksum),
             written: None,
         })?;
         Ok(())
@@ -237,14 +238,7 @@ impl FileBackend {
                 ))));
                 continue;
             }
-            let block = Entry::new(
-                key,
-                FileBlock {
-                    extents: space.extents,
-                    len: space.len,
-                    checksum,
-                },
-            );
+            let block = space.into_entry(key, checksum);
             let (guard, written) = WriteGuard::new();
             tickets.push((
                 i,

@@ -13,27 +13,30 @@ use crate::data::dispatch::store_status;
 use crate::data::writer::{Body, Outgoing};
 use crate::state::Shared;
 
+/// A TcpPut whose header and key have been read (and its header checked), its value not yet.
+#[derive(Clone, Copy)]
+pub(super) struct PutFrame<'a> {
+    pub raw: &'a [u8; HEADER_LEN],
+    pub header: &'a Header,
+    pub key: &'a [u8],
+    pub started: Instant,
+}
+
 /// A put's value is read into the arena and hashed in pieces of this size (fits in L2).
 const HASH_PIECE: usize = 256 << 10;
 
 impl Connection {
     /// Reads a TcpPut's value straight to where it is stored when the storage mode allows,
     /// and answers it. `Ok(false)`: nothing of the value was read; read it the usual way.
-    pub(super) async fn put_straight(
-        &mut self,
-        raw: &[u8; HEADER_LEN],
-        header: &Header,
-        key: &[u8],
-        started: Instant,
-    ) -> Result<bool, Closed> {
+    pub(super) async fn put_straight(&mut self, put: PutFrame<'_>) -> Result<bool, Closed> {
         match self.shared.config.storage.mode {
-            StorageMode::Memory => match self.put_in_place(raw, header, key, started).await? {
+            StorageMode::Memory => match self.put_in_place(put).await? {
                 Some(done) => self.send(done).await.map(|()| true),
                 None => Ok(false),
             },
             // A MAC over the payload is checked over the whole payload, held in one buffer.
-            StorageMode::Direct if !header.flags.contains(Flags::PAYLOAD_MAC) => {
-                self.put_direct_in_place(raw, header, key, started).await
+            StorageMode::Direct if !put.header.flags.contains(Flags::PAYLOAD_MAC) => {
+                self.put_direct_in_place(put).await
             }
             _ => Ok(false),
         }
@@ -42,13 +45,8 @@ impl Connection {
     /// Memory mode: reads a TcpPut's value straight into its reservation in the arena.
     /// `Ok(None)` when no reservation could be made; the caller then reads the value normally
     /// so the store's refusal reaches the client.
-    async fn put_in_place(
-        &mut self,
-        raw: &[u8; HEADER_LEN],
-        header: &Header,
-        key: &[u8],
-        started: Instant,
-    ) -> Result<Option<Outgoing>, Closed> {
+    async fn put_in_place(&mut self, put: PutFrame<'_>) -> Result<Option<Outgoing>, Closed> {
+        let (raw, header, key) = (put.raw, put.header, put.key);
         let Ok(mut reservation) = self
             .shared
             .store
@@ -91,7 +89,7 @@ impl Connection {
             Ok(()) => Outgoing::new(header, Status::Ok, Body::Empty),
             Err(e) => Outgoing::error(header, store_status(&e), &e.to_string()),
         };
-        record(&self.shared, &self.client.entry, &out, header, started);
+        record(&self.shared, &self.client.entry, &out, header, put.started);
         Ok(Some(out))
     }
 
@@ -100,39 +98,39 @@ impl Connection {
     /// commit runs on a blocking thread and answers out of order, as other drive-backed
     /// requests do. `Ok(false)` when the store had no free room or buffers to spare now (or
     /// refused the put): nothing was read, and the caller reads the value the usual way.
-    async fn put_direct_in_place(
-        &mut self,
-        raw: &[u8; HEADER_LEN],
-        header: &Header,
-        key: &[u8],
-        started: Instant,
-    ) -> Result<bool, Closed> {
+    async fn put_direct_in_place(&mut self, put: PutFrame<'_>) -> Result<bool, Closed> {
+        let PutFrame {
+            raw,
+            header,
+            key,
+            started,
+        } = put;
         let len = u64::from(header.payload_len);
-        let Ok(Some(mut put)) = self.shared.store.put_in_place(key, len) else {
+        let Ok(Some(mut fill)) = self.shared.store.put_in_place(key, len) else {
             return Ok(false);
         };
         let header = match self.opener.verify_before_payload(raw, key) {
             Ok(h) => h,
             Err(e) => {
-                drop(put);
+                drop(fill);
                 return self.refuse(raw, e).await.map(|()| true);
             }
         };
         let idle = self.idle();
-        while let Some(piece) = put.next_piece() {
+        while let Some(piece) = fill.next_piece() {
             if let Err(e) = read_exact_within(&mut self.read, piece, idle).await {
                 // Dropping waits for the writes already started: off the runtime's threads.
-                tokio::task::spawn_blocking(move || drop(put));
+                tokio::task::spawn_blocking(move || drop(fill));
                 return Err(e);
             }
-            put.piece_filled();
+            fill.piece_filled();
         }
         let shared = Arc::clone(&self.shared);
         let client = Arc::clone(&self.client.entry);
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let done = tokio::task::spawn_blocking(move || {
-                let out = match put.commit(header.checksum) {
+                let out = match fill.commit(header.checksum) {
                     Ok(()) => Outgoing::new(&header, Status::Ok, Body::Empty),
                     Err(e) => Outgoing::error(&header, store_status(&e), &e.to_string()),
                 };

@@ -231,7 +231,14 @@ impl Connection {
             let mut key = vec![0u8; usize::from(header.key_len)];
             read_exact_within(&mut self.read, &mut key, idle).await?;
             if header.opcode == Opcode::TcpPut
-                && self.put_straight(&raw, &header, &key, started).await?
+                && self
+                    .put_straight(in_place::PutFrame {
+                        raw: &raw,
+                        header: &header,
+                        key: &key,
+                        started,
+                    })
+                    .await?
             {
                 continue;
             }
