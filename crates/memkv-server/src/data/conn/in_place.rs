@@ -2,7 +2,6 @@
 //! memory mode, the drives' registered buffers in direct mode. Either saves a buffer of the
 //! value's size, zeroed, filled and then copied.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use memkv_proto::{Flags, HEADER_LEN, Header, Status};
@@ -106,6 +105,8 @@ impl Connection {
             started,
         } = put;
         let len = u64::from(header.payload_len);
+        // Room and buffers first: once the frame is verified its sequence number is spent, so
+        // falling back to the usual path (which verifies it) must be decided before.
         let Ok(Some(mut fill)) = self.shared.store.put_in_place(key, len) else {
             return Ok(false);
         };
@@ -125,22 +126,10 @@ impl Connection {
             }
             fill.piece_filled();
         }
-        let shared = Arc::clone(&self.shared);
-        let client = Arc::clone(&self.client.entry);
-        let tx = self.tx.clone();
-        tokio::spawn(async move {
-            let done = tokio::task::spawn_blocking(move || {
-                let out = match fill.commit(header.checksum) {
-                    Ok(()) => Outgoing::new(&header, Status::Ok, Body::Empty),
-                    Err(e) => Outgoing::error(&header, store_status(&e), &e.to_string()),
-                };
-                shared.sync_store_metrics();
-                record(&shared, &client, &out, &header, started);
-                out
-            })
-            .await;
-            if let Ok(out) = done {
-                let _ = tx.send(out).await;
+        self.answer_when_done(header, started, move |_, header| {
+            match fill.commit(header.checksum) {
+                Ok(()) => Outgoing::new(header, Status::Ok, Body::Empty),
+                Err(e) => Outgoing::error(header, store_status(&e), &e.to_string()),
             }
         });
         Ok(true)

@@ -145,17 +145,7 @@ async fn read_exact_within<R: AsyncRead + Unpin>(
     buf: &mut [u8],
     limit: Option<Duration>,
 ) -> Result<(), Closed> {
-    let read = r.read_exact(buf);
-    let done = match limit {
-        Some(d) => tokio::time::timeout(d, read)
-            .await
-            .map_err(|_| Closed::Idle(d))?,
-        None => read.await,
-    };
-    done.map(|_| ()).map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => Closed::Eof,
-        _ => Closed::Io(e),
-    })
+    within(limit, r.read_exact(buf)).await.map(|_| ())
 }
 
 /// Reads a payload of `len` bytes (checked against the limits with its header) into a buffer
@@ -175,8 +165,16 @@ async fn read_payload_within<R: AsyncRead + Unpin>(
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
         }
-        Ok::<_, std::io::Error>(payload)
+        Ok(payload)
     };
+    within(limit, read).await
+}
+
+/// A read that must finish within the connection's idle limit, if any.
+async fn within<T>(
+    limit: Option<Duration>,
+    read: impl Future<Output = std::io::Result<T>>,
+) -> Result<T, Closed> {
     let done = match limit {
         Some(d) => tokio::time::timeout(d, read)
             .await
@@ -301,15 +299,30 @@ impl Connection {
             return self.send(out).await;
         }
         // File mode blocks on disk: run it off the runtime and let it complete out of order.
+        self.answer_when_done(header, started, move |shared, header| {
+            let mut out = execute(shared, header, &key, payload);
+            out._permit = Some(permit);
+            out
+        });
+        Ok(())
+    }
+
+    /// Runs `work` on a blocking thread (drive-backed requests block on the drives) and sends
+    /// its answer when it is done, out of order with the connection's other answers.
+    fn answer_when_done(
+        &self,
+        request: Header,
+        started: Instant,
+        work: impl FnOnce(&Shared, &Header) -> Outgoing + Send + 'static,
+    ) {
         let shared = Arc::clone(&self.shared);
         let client = Arc::clone(&self.client.entry);
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let done = tokio::task::spawn_blocking(move || {
-                let mut out = execute(&shared, &header, &key, payload);
+                let out = work(&shared, &request);
                 shared.sync_store_metrics();
-                out._permit = Some(permit);
-                record(&shared, &client, &out, &header, started);
+                record(&shared, &client, &out, &request, started);
                 out
             })
             .await;
@@ -317,7 +330,6 @@ impl Connection {
                 let _ = tx.send(out).await;
             }
         });
-        Ok(())
     }
 
     async fn send(&self, out: Outgoing) -> Result<(), Closed> {
