@@ -9,8 +9,8 @@ use memkv_fabric::doctor::{
     DoctorOptions, DoctorReport, DoctorSources, HostRoot, Rail, ServerRails, doctor,
 };
 use memkv_fabric::doubles::FixtureVerbs;
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 pub const NVIDIA: u16 = 0x10de;
 pub const MELLANOX: u16 = 0x15b3;
@@ -23,16 +23,20 @@ pub const ACS_CLEAR: u16 = 0x0011;
 /// SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+ DirectTrans-: the runbook's problem state.
 pub const ACS_REDIRECT: u16 = 0x001d;
 
-/// A fresh scratch directory for one fixture host.
+/// A fresh scratch directory for one fixture host, under cargo's scratch folder for this test
+/// target (`target/tmp`). It is named by the test (libtest names each test's thread after it)
+/// and the number of hosts that test made before, not by the process, so a rerun replaces the
+/// last run's trees instead of adding to them (`HostFixture::create` empties it first).
 pub fn scratch(name: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    std::env::temp_dir().join(format!(
-        "memkv-doctor-{name}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ))
+    thread_local!(static MADE: Cell<u32> = const { Cell::new(0) });
+    let n = MADE.with(|made| made.replace(made.get() + 1));
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("main")
+        .replace("::", "-");
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{}-{test}-{name}-{n}", env!("CARGO_CRATE_NAME")))
 }
-
 /// Runs doctor on a fixture tree.
 pub fn run(root: &Path, opts: &DoctorOptions) -> DoctorReport {
     let verbs = FixtureVerbs::new(root.join("sys/class/infiniband"));
