@@ -123,6 +123,14 @@ impl MemoryArena {
             ));
         }
         tracing::info!(len, ?backing, shareable, "memory arena mapped");
+        if backing == ArenaBacking::RegularPages && len as u64 >= HUGE_2M {
+            tracing::warn!(
+                len,
+                shareable,
+                remedy = small_pages_remedy(shareable),
+                "memory arena is on 4 KiB pages: a NIC's translation cache and the CPU's TLB cover 512 times less of it than of 2 MiB pages"
+            );
+        }
         Ok(Arc::new(Self {
             map,
             file,
@@ -271,6 +279,15 @@ fn map_shareable(len: usize) -> io::Result<(MmapRaw, std::fs::File, usize, Arena
             ArenaBacking::RegularPages
         };
     Ok((map, file, len, backing))
+}
+
+/// What an operator can do about an arena left on 4 KiB pages.
+fn small_pages_remedy(shareable: bool) -> &'static str {
+    if shareable {
+        "reserve hugepages (vm.nr_hugepages), or let shared memory use transparent hugepages (echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled), or, with no client on this host, set network.shared_memory: false"
+    } else {
+        "reserve hugepages (vm.nr_hugepages), or enable transparent hugepages (echo madvise > /sys/kernel/mm/transparent_hugepage/enabled)"
+    }
 }
 
 fn shmem_thp_available() -> bool {

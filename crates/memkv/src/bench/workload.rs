@@ -253,6 +253,7 @@ impl Worker {
         let mut latency = Histogram::default();
         let mut items = 0u64;
         let mut buf = Vec::new();
+        let mut batch_bufs: Vec<Vec<u8>> = Vec::new();
         let mut registered = match self.plan.registered {
             true => Some(self.registered_buffer()?),
             false => None,
@@ -311,7 +312,7 @@ impl Worker {
                 let picked: Vec<&[u8]> = (0..n)
                     .map(|i| keys[(start + i) % keys.len()].as_slice())
                     .collect();
-                self.batch(&picked, put).await?;
+                self.batch(&picked, put, &mut batch_bufs).await?;
             }
             latency.record(began.elapsed().as_nanos().try_into().unwrap_or(u64::MAX));
             items += n as u64;
@@ -376,7 +377,14 @@ impl Worker {
         self.found(key, found)
     }
 
-    async fn batch(&self, keys: &[&[u8]], put: bool) -> Result<(), Failure> {
+    /// A batch call; gets land in `bufs`, one caller-owned buffer per key reused from call to
+    /// call, as an engine's batch reads land in its own KV memory (`get_batch_into`).
+    async fn batch(
+        &self,
+        keys: &[&[u8]],
+        put: bool,
+        bufs: &mut Vec<Vec<u8>>,
+    ) -> Result<(), Failure> {
         let client = self.client();
         if put {
             let value = self.plan.value.as_slice();
@@ -392,9 +400,12 @@ impl Worker {
             }
             return Ok(());
         }
-        for (key, result) in keys.iter().zip(client.get_batch(keys).await) {
+        let size = usize::try_from(self.plan.size).expect("bench sizes fit memory");
+        bufs.resize_with(keys.len(), || vec![0; size]);
+        let bufs = &mut bufs[..keys.len()];
+        for (key, result) in keys.iter().zip(client.get_batch_into(keys, bufs).await) {
             let found = match result? {
-                Some(value) => self.check_len(key, value.len())?,
+                Some(len) => self.check_len(key, len)?,
                 None => false,
             };
             self.found(key, found)?;
