@@ -27,7 +27,18 @@ pub fn start(config_path: Option<&Path>) -> Result<(), Exit> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let runtime = tokio::runtime::Runtime::new()?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = config.network.threads {
+        runtime.worker_threads(threads);
+    }
+    let runtime = runtime.enable_all().build()?;
+    tracing::info!(
+        "serving connections on {} runtime threads",
+        config
+            .network
+            .threads
+            .map_or_else(|| "one per CPU".to_owned(), |n| n.to_string())
+    );
     runtime.block_on(memkv_server::run_until_signal(config))?;
     Ok(())
 }

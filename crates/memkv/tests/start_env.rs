@@ -15,11 +15,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Runs `memkv start` on a config without `auth_key`; returns the child and its data address
 /// (from the "memkv serving" log line).
 fn start(dir: &Path, env: &[(&str, &str)]) -> (Child, String) {
+    start_with(dir, "", env)
+}
+
+/// [`start`] with more `network` settings (indented lines).
+fn start_with(dir: &Path, network: &str, env: &[(&str, &str)]) -> (Child, String) {
     let config = dir.join("config.yaml");
     let log = dir.join("server.log");
     std::fs::write(
         &config,
-        "network:\n  address: 127.0.0.1:0\nmemory:\n  max_size: 64 MiB\n  prefault: false\nrdma:\n  enabled: false\n",
+        format!("network:\n  address: 127.0.0.1:0\n{network}memory:\n  max_size: 64 MiB\n  prefault: false\nrdma:\n  enabled: false\n"),
     )
     .unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_memkv"));
@@ -61,6 +66,26 @@ fn stop(mut server: Child) {
         .unwrap();
     assert!(killed.success());
     assert!(server.wait().unwrap().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_serves_on_the_configured_number_of_threads() {
+    let dir = scratch("threads");
+    let (server, data) = start_with(&dir, "  threads: 1\n", &[("MEMKV_AUTH_KEY", KEY_HEX)]);
+    let mut put = memkv(&data, KEY_HEX);
+    put.args(["put", "threads/key", "-"]);
+    let o = run(put, Some(b"value".to_vec())).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut get = memkv(&data, KEY_HEX);
+    get.args(["get", "threads/key"]);
+    let o = run(get, None).await;
+    assert_eq!(o.stdout, b"value", "{}", stderr(&o));
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    assert!(
+        log.contains("serving connections on 1 runtime threads"),
+        "{log}"
+    );
+    stop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

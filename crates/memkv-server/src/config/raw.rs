@@ -25,6 +25,7 @@ pub struct RawNetwork {
     pub tls_key: Option<String>,
     pub idle_timeout: Option<u64>,
     pub shared_memory: Option<bool>,
+    pub threads: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -47,6 +47,9 @@ pub struct NetworkConfig {
     /// Memory mode: clients on this host move values through the arena, mapped into their
     /// process (the same-host transport), instead of through the socket.
     pub shared_memory: bool,
+    /// memkv extension: threads serving connections (the async runtime's workers); `None`,
+    /// one per CPU. Fewer leave cores to an engine on the same host.
+    pub threads: Option<usize>,
 }
 
 impl NetworkConfig {

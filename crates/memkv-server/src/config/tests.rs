@@ -34,6 +34,7 @@ fn defaults_are_documented_values() {
     );
     assert_eq!(config.network.tls, None);
     assert_eq!(config.network.idle_timeout, Duration::from_secs(300));
+    assert_eq!(config.network.threads, None, "one worker per CPU");
     assert_eq!(config.network.admin_address().to_string(), "0.0.0.0:9901");
     assert_eq!(config.memory.block_size, ByteSize::mib(2));
     assert_eq!(config.storage.block_size, ByteSize::mib(4));
@@ -92,7 +93,7 @@ fn example_config_parses() {
 #[test]
 fn full_config_values_are_read() {
     let text = format!(
-        "network:\n  address: \"[::1]:7000\"\n  auth_key: {KEY}\n  idle_timeout: 0\n\
+        "network:\n  address: \"[::1]:7000\"\n  auth_key: {KEY}\n  idle_timeout: 0\n  threads: 3\n\
 memory:\n  block_size: 4KiB\n  max_size: 1.5 GiB\n\
 storage:\n  mode: file\n  block_size: 8 MiB\n  drives:\n  - media: d0\n    size: 1 GB\n  - media: /abs/d1\n  eviction: none\n\
 rdma:\n  enabled: false\n  device: rxe0\n  gid_index: 3\n  traffic_class: 106\n  service_level: 3\n  mtu: 1024\n  pkey_index: 1\n\
@@ -102,6 +103,7 @@ logging:\n  level: memkv_server=debug,warn\n"
     let config = parse(&text).unwrap();
     assert_eq!(config.network.admin_address().to_string(), "[::1]:7001");
     assert_eq!(config.network.idle_timeout, Duration::ZERO);
+    assert_eq!(config.network.threads, Some(3));
     assert_eq!(config.memory.max_size, ByteSize(3 << 29));
     assert_eq!(config.storage.drives[0].media, PathBuf::from("d0"));
     assert_eq!(config.storage.drives[0].size, Some(ByteSize(1_000_000_000)));
@@ -610,4 +612,19 @@ fn rdma_staging_must_hold_the_largest_value_in_drive_backed_modes() {
         "{drives}rdma:\n  enabled: false\n  staging_size: 1 MiB\n"
     ))
     .unwrap();
+}
+
+#[test]
+fn threads_out_of_range_are_refused_by_name() {
+    for bad in ["0", "4097"] {
+        let err = parse(&format!("network:\n  auth_key: {KEY}\n  threads: {bad}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("network.threads"), "{err}");
+        assert!(err.contains("1..=4096"), "{err}");
+    }
+    let err = parse(&format!("network:\n  auth_key: {KEY}\n  threads: -1\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("threads"), "{err}");
 }

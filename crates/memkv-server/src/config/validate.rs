@@ -15,6 +15,8 @@ use memkv_proto::AuthKey;
 pub(super) const MIN_BLOCK: ByteSize = ByteSize::kib(4);
 const MAX_BLOCK: ByteSize = ByteSize::gib(1);
 const MAX_CONNECTIONS_LIMIT: u64 = 1_000_000;
+/// More runtime workers than this is a typo, not a machine.
+const MAX_THREADS: u64 = 4096;
 const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
 
 pub(super) struct Checker<'a> {
@@ -222,6 +224,12 @@ impl Checker<'_> {
                 .idle_timeout
                 .map_or(DEFAULT_IDLE_TIMEOUT, Duration::from_secs),
             shared_memory: raw.shared_memory.unwrap_or(true),
+            threads: match raw.threads {
+                None => None,
+                Some(n) => {
+                    Some(self.ranged("network.threads", Some(n), 0, 1, MAX_THREADS)? as usize)
+                }
+            },
         })
     }
 
