@@ -4,10 +4,10 @@ use std::io::{ErrorKind, IoSlice};
 use std::sync::Arc;
 
 use memkv_proto::{HEADER_LEN, Opener, ProtoError, Status};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
 use super::pending::Pending;
-use super::{Response, Sink, Writer};
+use super::{READ_BUFFER, Response, Sink, Writer};
 use crate::Error;
 
 /// Most slices handed to one `writev` (the kernel's IOV_MAX).
@@ -84,12 +84,22 @@ impl Drop for WriteGuard<'_> {
 
 /// Reads exactly `len` bytes into `buf` (cleared first), straight into its spare capacity.
 async fn read_body<R: AsyncRead + Unpin>(
-    r: &mut R,
+    r: &mut BufReader<R>,
     buf: &mut Vec<u8>,
     len: usize,
 ) -> std::io::Result<()> {
     buf.clear();
     buf.reserve_exact(len);
+    if len >= READ_BUFFER {
+        let taken = take_buffered(r, len, |part| buf.extend_from_slice(part));
+        let mut limited = r.get_mut().take((len - taken) as u64);
+        while buf.len() < len {
+            if limited.read_buf(buf).await? == 0 {
+                return Err(ErrorKind::UnexpectedEof.into());
+            }
+        }
+        return Ok(());
+    }
     let mut limited = r.take(len as u64);
     while buf.len() < len {
         if limited.read_buf(buf).await? == 0 {
@@ -99,14 +109,45 @@ async fn read_body<R: AsyncRead + Unpin>(
     Ok(())
 }
 
+/// Fills `dest` exactly, as [`read_body`] does a vector.
+async fn read_body_into<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    dest: &mut [u8],
+) -> std::io::Result<()> {
+    if dest.len() >= READ_BUFFER {
+        let taken = take_buffered(r, dest.len(), |part| {
+            dest[..part.len()].copy_from_slice(part)
+        });
+        r.get_mut().read_exact(&mut dest[taken..]).await?;
+        return Ok(());
+    }
+    r.read_exact(dest).await.map(drop)
+}
+
+/// Hands over (to `put`) up to `max` bytes the reader holds, and how many. A payload at least
+/// as large as the reader's buffer ([`READ_BUFFER`]) reads the rest from the socket itself:
+/// through the buffer, its last part would be copied twice.
+fn take_buffered<R: AsyncRead + Unpin>(
+    r: &mut BufReader<R>,
+    max: usize,
+    put: impl FnOnce(&[u8]),
+) -> usize {
+    let buffered = r.buffer();
+    let n = buffered.len().min(max);
+    put(&buffered[..n]);
+    r.consume(n);
+    n
+}
+
 /// Reads and verifies response frames until the connection fails, completing requests.
 pub(crate) async fn read_loop<R: AsyncRead + Unpin>(
     shared: Arc<Pending>,
-    mut reader: R,
+    mut reader: BufReader<R>,
     mut opener: Opener,
 ) {
+    let mut headers = HeaderReads::Buffered;
     let err = loop {
-        match read_one(&shared, &mut reader, &mut opener).await {
+        match read_one(&shared, &mut reader, &mut opener, &mut headers).await {
             Ok(()) => continue,
             Err(e) => break e,
         }
@@ -117,10 +158,46 @@ pub(crate) async fn read_loop<R: AsyncRead + Unpin>(
     shared.close(err);
 }
 
+/// How the next header is read. A buffered read fills the reader's buffer with whatever
+/// follows the header, which is what small answers want (several per read) and what a large
+/// payload does not: its first part would be copied out of the buffer again. Answers on a
+/// connection tend to look like the one before, so after a large payload the next header is
+/// read on its own, and the payload behind it goes from the socket straight to where it lands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HeaderReads {
+    Buffered,
+    Exact,
+}
+
+impl HeaderReads {
+    fn after(body: usize) -> Self {
+        if body >= READ_BUFFER {
+            HeaderReads::Exact
+        } else {
+            HeaderReads::Buffered
+        }
+    }
+}
+
+async fn read_header<R: AsyncRead + Unpin>(
+    reader: &mut BufReader<R>,
+    raw: &mut [u8; HEADER_LEN],
+    how: HeaderReads,
+) -> std::io::Result<()> {
+    if how == HeaderReads::Exact && reader.buffer().is_empty() {
+        // Nothing is buffered, so reading past the buffer keeps the bytes in order.
+        reader.get_mut().read_exact(raw).await?;
+    } else {
+        reader.read_exact(raw).await?;
+    }
+    Ok(())
+}
+
 async fn read_one<R: AsyncRead + Unpin>(
     shared: &Pending,
-    reader: &mut R,
+    reader: &mut BufReader<R>,
     opener: &mut Opener,
+    headers: &mut HeaderReads,
 ) -> Result<(), Error> {
     let server = shared.server();
     let lost = |e: std::io::Error| Error::Disconnected {
@@ -136,7 +213,9 @@ async fn read_one<R: AsyncRead + Unpin>(
         source,
     };
     let mut raw = [0u8; HEADER_LEN];
-    reader.read_exact(&mut raw).await.map_err(lost)?;
+    read_header(reader, &mut raw, *headers)
+        .await
+        .map_err(lost)?;
     // Header, sequence and limits are checked before anything is allocated from its lengths.
     let header = opener.header(&raw).map_err(protocol)?;
     if !header.is_response() {
@@ -147,6 +226,7 @@ async fn read_one<R: AsyncRead + Unpin>(
     }
     let entry = shared.take(header.request_id);
     let body = usize::try_from(header.payload_len).expect("u32 fits usize");
+    *headers = HeaderReads::after(body);
     let (mut entry, mut sink) = match entry {
         Some(mut e) => {
             let sink = std::mem::take(&mut e.sink);
@@ -159,7 +239,7 @@ async fn read_one<R: AsyncRead + Unpin>(
         Sink::Direct(dest) if header.status == Status::Ok => {
             match dest.as_mut_bytes().get_mut(..body) {
                 Some(slice) => {
-                    reader.read_exact(slice).await.map_err(lost)?;
+                    read_body_into(reader, slice).await.map_err(lost)?;
                     Some(body)
                 }
                 None => None,
@@ -221,4 +301,75 @@ async fn read_one<R: AsyncRead + Unpin>(
 /// a batch's values are checked against their own checksums as they are taken).
 fn verify(opener: &mut Opener, raw: &[u8; HEADER_LEN], payload: &[u8]) -> Result<(), ProtoError> {
     opener.verify(raw, &[], payload, true).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[tokio::test]
+    async fn large_payloads_skip_the_buffer_and_keep_the_bytes_in_order() {
+        let data = pattern(4 * READ_BUFFER);
+        let mut r = BufReader::with_capacity(READ_BUFFER, &data[..]);
+        let mut raw = [0u8; HEADER_LEN];
+        read_header(&mut r, &mut raw, HeaderReads::Buffered)
+            .await
+            .unwrap();
+        assert_eq!(raw[..], data[..HEADER_LEN]);
+        assert!(!r.buffer().is_empty(), "a buffered header read fills ahead");
+        let mut at = HEADER_LEN;
+        let mut body = Vec::new();
+        read_body(&mut r, &mut body, READ_BUFFER + 5).await.unwrap();
+        assert_eq!(body[..], data[at..at + READ_BUFFER + 5]);
+        at += READ_BUFFER + 5;
+        assert!(r.buffer().is_empty(), "nothing past the payload was read");
+        let mut dest = vec![0u8; READ_BUFFER];
+        read_body_into(&mut r, &mut dest).await.unwrap();
+        assert_eq!(dest[..], data[at..at + READ_BUFFER]);
+        at += READ_BUFFER;
+        read_header(&mut r, &mut raw, HeaderReads::Exact)
+            .await
+            .unwrap();
+        assert_eq!(raw[..], data[at..at + HEADER_LEN]);
+        at += HEADER_LEN;
+        assert!(
+            r.buffer().is_empty(),
+            "an exact header read reads nothing more"
+        );
+        let mut small = Vec::new();
+        read_body(&mut r, &mut small, 100).await.unwrap();
+        assert_eq!(small[..], data[at..at + 100]);
+        at += 100;
+        let mut rest = vec![0u8; data.len() - at];
+        read_body_into(&mut r, &mut rest).await.unwrap();
+        assert_eq!(rest[..], data[at..]);
+    }
+
+    #[tokio::test]
+    async fn a_payload_cut_short_is_an_error_either_way() {
+        let data = pattern(READ_BUFFER + 100);
+        for len in [101, 4_096, READ_BUFFER, 2 * READ_BUFFER] {
+            let mut r = BufReader::with_capacity(READ_BUFFER, &data[..]);
+            let mut head = [0u8; READ_BUFFER];
+            r.read_exact(&mut head).await.unwrap();
+            let mut body = Vec::new();
+            let e = read_body(&mut r, &mut body, len).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::UnexpectedEof, "len {len}");
+            let mut r = BufReader::with_capacity(READ_BUFFER, &data[..]);
+            r.read_exact(&mut head).await.unwrap();
+            let mut dest = vec![0u8; len];
+            let e = read_body_into(&mut r, &mut dest).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::UnexpectedEof, "len {len}");
+        }
+    }
+
+    #[test]
+    fn headers_are_read_alone_after_a_large_payload() {
+        assert!(HeaderReads::after(READ_BUFFER) == HeaderReads::Exact);
+        assert!(HeaderReads::after(READ_BUFFER - 1) == HeaderReads::Buffered);
+    }
 }
