@@ -59,6 +59,14 @@ fn start_with(dir: &Path, network: &str, env: &[(&str, &str)]) -> (Child, String
     }
 }
 
+/// Stores the five bytes `value` under `key` through `memkv put`, signed with the right key.
+async fn put_value(data: &str, key: &str) {
+    let mut put = memkv(data, KEY_HEX);
+    put.args(["put", key, "-"]);
+    let o = run(put, Some(b"value".to_vec())).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 fn stop(mut server: Child) {
     let killed = Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
@@ -72,10 +80,7 @@ fn stop(mut server: Child) {
 async fn start_serves_on_the_configured_number_of_threads() {
     let dir = scratch("threads");
     let (server, data) = start_with(&dir, "  threads: 1\n", &[("MEMKV_AUTH_KEY", KEY_HEX)]);
-    let mut put = memkv(&data, KEY_HEX);
-    put.args(["put", "threads/key", "-"]);
-    let o = run(put, Some(b"value".to_vec())).await;
-    assert!(o.status.success(), "{}", stderr(&o));
+    put_value(&data, "threads/key").await;
     let mut get = memkv(&data, KEY_HEX);
     get.args(["get", "threads/key"]);
     let o = run(get, None).await;
@@ -92,10 +97,7 @@ async fn start_serves_on_the_configured_number_of_threads() {
 async fn start_takes_its_key_from_memkv_auth_key() {
     let dir = scratch("env-key");
     let (server, data) = start(&dir, &[("MEMKV_AUTH_KEY", KEY_HEX)]);
-    let mut put = memkv(&data, KEY_HEX);
-    put.args(["put", "env/key", "-"]);
-    let o = run(put, Some(b"value".to_vec())).await;
-    assert!(o.status.success(), "{}", stderr(&o));
+    put_value(&data, "env/key").await;
     let mut wrong = memkv(&data, WRONG_KEY_HEX);
     wrong.args(["exists", "env/key"]);
     assert_eq!(run(wrong, None).await.status.code(), Some(4));
