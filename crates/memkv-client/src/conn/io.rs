@@ -91,16 +91,19 @@ async fn read_body<R: AsyncRead + Unpin>(
     buf.clear();
     buf.reserve_exact(len);
     if len >= READ_BUFFER {
-        let taken = take_buffered(r, len, |part| buf.extend_from_slice(part));
-        let mut limited = r.get_mut().take((len - taken) as u64);
-        while buf.len() < len {
-            if limited.read_buf(buf).await? == 0 {
-                return Err(ErrorKind::UnexpectedEof.into());
-            }
-        }
-        return Ok(());
+        take_buffered(r, len, |part| buf.extend_from_slice(part));
+        return fill_to(r.get_mut(), buf, len).await;
     }
-    let mut limited = r.take(len as u64);
+    fill_to(r, buf, len).await
+}
+
+/// Reads from `src` into `buf`'s spare capacity until `buf` holds `len` bytes.
+async fn fill_to<S: AsyncRead + Unpin>(
+    src: &mut S,
+    buf: &mut Vec<u8>,
+    len: usize,
+) -> std::io::Result<()> {
+    let mut limited = src.take((len - buf.len()) as u64);
     while buf.len() < len {
         if limited.read_buf(buf).await? == 0 {
             return Err(ErrorKind::UnexpectedEof.into());

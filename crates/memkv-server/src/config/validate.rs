@@ -224,12 +224,11 @@ impl Checker<'_> {
                 .idle_timeout
                 .map_or(DEFAULT_IDLE_TIMEOUT, Duration::from_secs),
             shared_memory: raw.shared_memory.unwrap_or(true),
-            threads: match raw.threads {
-                None => None,
-                Some(n) => {
-                    Some(self.ranged("network.threads", Some(n), 0, 1, MAX_THREADS)? as usize)
-                }
-            },
+            threads: raw
+                .threads
+                .map(|n| self.ranged("network.threads", Some(n), n, 1, MAX_THREADS))
+                .transpose()?
+                .map(|n| n as usize),
         })
     }
 
