@@ -54,8 +54,28 @@ pub struct AllocStats {
     pub granules_total: u64,
 }
 
+/// A slab's free slots: those never handed out (`fresh..slots`, a count, not a list: a list of
+/// every slot cost 4 bytes per stored value, and kept them once the slab filled) and those given
+/// back since.
+#[derive(Default)]
 struct Slab {
-    free: Vec<u32>,
+    fresh: u32,
+    freed: Vec<u32>,
+}
+
+impl Slab {
+    fn take(&mut self, slots: u32) -> Option<u32> {
+        self.freed.pop().or_else(|| {
+            (self.fresh < slots).then(|| {
+                self.fresh += 1;
+                self.fresh - 1
+            })
+        })
+    }
+
+    fn free_slots(&self, slots: u32) -> u32 {
+        self.freed.len() as u32 + (slots - self.fresh)
+    }
 }
 
 struct SlabClass {
@@ -200,20 +220,17 @@ impl Allocator {
             Some(&s) => s,
             None => {
                 let start = lock(&self.granules).take(c.slab_granules)?;
-                let slots = c.slots_per_slab;
-                c.slabs.insert(
-                    start,
-                    Slab {
-                        free: (0..slots).rev().collect(),
-                    },
-                );
+                c.slabs.insert(start, Slab::default());
                 c.partial.insert(start);
                 start
             }
         };
+        let slots = c.slots_per_slab;
         let slab_state = c.slabs.get_mut(&slab).expect("partial slab is known");
-        let slot = slab_state.free.pop().expect("partial slab has a free slot");
-        if slab_state.free.is_empty() {
+        let slot = slab_state
+            .take(slots)
+            .expect("partial slab has a free slot");
+        if slab_state.free_slots(slots) == 0 {
             c.partial.remove(&slab);
         }
         Some(Allocation {
@@ -248,10 +265,10 @@ impl Allocator {
             AllocKind::Slot { class, slab, slot } => {
                 let slab = u64::from(slab);
                 let mut c = lock(&self.classes[usize::from(class)]);
-                let slots = c.slots_per_slab as usize;
+                let slots = c.slots_per_slab;
                 let state = c.slabs.get_mut(&slab).expect("slot belongs to a live slab");
-                state.free.push(slot);
-                let now_free = state.free.len();
+                state.freed.push(slot);
+                let now_free = state.free_slots(slots);
                 if now_free == slots {
                     c.slabs.remove(&slab);
                     c.partial.remove(&slab);
