@@ -2,8 +2,9 @@
 //! hugepages, else ordinary pages) plus the blocks handed out inside it.
 //!
 //! This is the only module with `unsafe`: here, in [`drive_map`] (file-mode drives mapped for
-//! one-pass reads), in [`prefault`] and in [`uring`] (direct mode's io_uring with registered
-//! buffers the kernel reads and writes). (The SIMD checksum, whose fused copy-and-hash writes
+//! one-pass reads), in [`prefault`], in [`uring`] (direct mode's io_uring with registered
+//! buffers the kernel reads and writes), and in [`entry`] and [`slab`] (the index's entries,
+//! laid out by hand in slots of their own allocator). (The SIMD checksum, whose fused copy-and-hash writes
 //! arena blocks, is the `memkv-checksum` crate, shared with the client.) Soundness rests on one invariant kept
 //! here: an [`ArenaBlock`] is the sole owner of its range (the [`Allocator`] never hands out
 //! overlapping live ranges, and a block frees its range only when dropped), so `&mut` access
@@ -12,7 +13,9 @@
 
 mod discard;
 mod drive_map;
+mod entry;
 mod prefault;
+mod slab;
 mod uring;
 
 use std::io;
@@ -23,6 +26,7 @@ use memmap2::{Advice, MmapOptions, MmapRaw};
 use crate::allocator::{AllocStats, Allocation, Allocator};
 pub(crate) use discard::discard_range;
 pub(crate) use drive_map::DriveMap;
+pub(crate) use entry::Entry;
 pub use memkv_checksum::Xxh3Stream;
 pub(crate) use memkv_checksum::{IncrementalXxh3, copy_and_xxh3, xxh3};
 pub use prefault::{MAX_PREFAULT_THREADS, PrefaultMethod, PrefaultReport};

@@ -7,9 +7,7 @@
 //! when the last clone drops. CLOCK's hand ([`crate::eviction`]) sweeps the table's buckets,
 //! and its referenced bits are a bitmap beside them, a bit per bucket.
 
-mod entry;
-
-pub(crate) use entry::Entry;
+pub(crate) use crate::arena::Entry;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
