@@ -61,6 +61,8 @@ pub const FREE_BYTES: &str = "memkv_free_bytes";
 pub const STORED_VALUES: &str = "memkv_stored_values";
 /// Gauge: sum of the stored values' lengths.
 pub const STORED_VALUE_BYTES: &str = "memkv_stored_value_bytes";
+/// Gauge: memory the index takes (entries and hash tables).
+pub const INDEX_BYTES: &str = "memkv_index_bytes";
 
 /// Latency buckets from 10 µs to 10 s, roughly 1-2.5-5 per decade.
 pub const DURATION_BUCKETS: [f64; 19] = [
@@ -284,6 +286,11 @@ fn describe() {
         metrics::Unit::Bytes,
         "Sum of the stored values' lengths"
     );
+    metrics::describe_gauge!(
+        INDEX_BYTES,
+        metrics::Unit::Bytes,
+        "Memory the index takes: an entry per stored value and the hash tables"
+    );
 }
 
 /// The transports an operation can be served over, for registering its series at start.
@@ -339,6 +346,7 @@ fn register() {
         FREE_BYTES,
         STORED_VALUES,
         STORED_VALUE_BYTES,
+        INDEX_BYTES,
     ] {
         metrics::gauge!(gauge).increment(0.0);
     }
@@ -351,6 +359,7 @@ pub fn record_capacity(stats: &memkv_store::StoreStats) {
     metrics::gauge!(FREE_BYTES).set(stats.usable_bytes.saturating_sub(stats.used_bytes) as f64);
     metrics::gauge!(STORED_VALUES).set(stats.blocks as f64);
     metrics::gauge!(STORED_VALUE_BYTES).set(stats.value_bytes as f64);
+    metrics::gauge!(INDEX_BYTES).set(stats.index_bytes as f64);
 }
 
 /// Each drive's state and error counts (drive-backed modes). The store keeps the counts, so

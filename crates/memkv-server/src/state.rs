@@ -142,6 +142,7 @@ impl StatusSource for Shared {
                 free_bytes_total: stats.usable_bytes.saturating_sub(stats.used_bytes),
                 value_bytes_total: stats.value_bytes,
                 blocks: stats.blocks,
+                index_bytes: stats.index_bytes,
                 evictions: stats.evictions,
                 checksum_failures: stats.checksum_failures,
                 devices: stats

@@ -53,6 +53,7 @@ impl StatusSource for FakeSource {
                 free_bytes_total: 130,
                 value_bytes_total: 40,
                 blocks: 3,
+                index_bytes: 4800,
                 evictions: 1,
                 checksum_failures: 0,
                 devices: vec![DeviceStatus {

@@ -131,6 +131,9 @@ async fn status_lists_each_client_with_its_ops_and_bytes() {
     assert_eq!(status["connections"]["by_transport"]["tcp"], 2);
     assert_eq!(status["storage"]["blocks"], 3);
     assert_eq!(status["storage"]["value_bytes_total"], 3000);
+    // Three entries at least, and tables of at most a few KiB beside them.
+    let index = status["storage"]["index_bytes"].as_u64().unwrap();
+    assert!((3 * 40..64 << 10).contains(&index), "index_bytes {index}");
     drop(a);
     // The entry goes with the connection.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);

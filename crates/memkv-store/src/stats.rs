@@ -16,6 +16,10 @@ pub struct StoreStats {
     pub value_bytes: u64,
     /// Committed values.
     pub blocks: u64,
+    /// Memory the index takes: each block's entry (its record, count and key) and the hash
+    /// tables. Not counted: entries already replaced that a reader still holds, and a
+    /// drive-backed block's list of extents beyond its first.
+    pub index_bytes: u64,
     pub evictions: u64,
     /// Values found corrupt on read (dropped, never served).
     pub checksum_failures: u64,

@@ -537,6 +537,7 @@ impl Store {
                 s.used_bytes = a.reserved_bytes;
                 s.value_bytes = m.value_bytes();
                 s.blocks = m.index.len() as u64;
+                s.index_bytes = m.index.memory_bytes();
             }
             Backend::File(f) => {
                 s.per_device = f.device_stats();
@@ -545,6 +546,7 @@ impl Store {
                 s.used_bytes = s.per_device.iter().map(|d| d.used).sum();
                 s.value_bytes = f.value_bytes();
                 s.blocks = f.index.len() as u64;
+                s.index_bytes = f.index.memory_bytes();
             }
         }
         s

@@ -139,6 +139,9 @@ pub struct StorageStatus {
     pub value_bytes_total: u64,
     /// Blocks stored now.
     pub blocks: u64,
+    /// Memory the index takes: an entry per block (its record, count and key) and the hash
+    /// tables.
+    pub index_bytes: u64,
     pub evictions: u64,
     pub checksum_failures: u64,
     pub devices: Vec<DeviceStatus>,

@@ -100,6 +100,11 @@ impl<B> Entry<B> {
         unsafe { std::slice::from_raw_parts(Self::key_ptr(self.head), self.key_len()) }
     }
 
+    /// The memory this entry takes (its slot).
+    pub fn slot_bytes(&self) -> usize {
+        slab::slot_bytes(layout::<B>(self.key_len()))
+    }
+
     /// Whether no one but its one holder (the index, when called on the index's own entry)
     /// holds this entry: a reader that holds it has cloned it under the shard's lock.
     pub fn only_in_index(this: &Self) -> bool {
@@ -212,6 +217,7 @@ mod tests {
         assert_eq!(layout::<[u64; 4]>(15).size(), 53);
         assert_eq!(layout::<[u64; 4]>(17).size(), 55);
         assert_eq!(layout::<[u64; 4]>(17).align(), 8);
+        assert_eq!(Entry::new(&[b'k'; 17], [0u64; 4]).slot_bytes(), 56);
         // Short keys still get a whole head.
         assert_eq!(layout::<[u64; 4]>(0).size(), size_of::<Head<[u64; 4]>>());
     }

@@ -179,6 +179,12 @@ fn class_of(layout: Layout) -> Option<usize> {
     Some(layout.size().max(1).div_ceil(GRAIN) - 1)
 }
 
+/// The bytes an allocation for `layout` takes: its slot, or what it asked of the global
+/// allocator (whose own header and rounding are not counted).
+pub(crate) fn slot_bytes(layout: Layout) -> usize {
+    class_of(layout).map_or(layout.size(), |class| (class + 1) * GRAIN)
+}
+
 /// Memory for `layout`; aborts (as the global allocator's users do) when there is none.
 pub(crate) fn allocate(layout: Layout) -> NonNull<u8> {
     ENTRY_POOLS.allocate(layout, stripe())
@@ -209,6 +215,8 @@ mod tests {
         assert_eq!(class_of(l(LARGEST_SLOT, 8)), Some(CLASSES - 1));
         assert_eq!(class_of(l(LARGEST_SLOT + 1, 8)), None);
         assert_eq!(class_of(l(64, 16)), None);
+        assert_eq!(slot_bytes(l(57, 8)), 64);
+        assert_eq!(slot_bytes(l(LARGEST_SLOT + 1, 8)), LARGEST_SLOT + 1);
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub(crate) struct Shard<B> {
     /// Bit `i`: the entry in bucket `i` was used since the CLOCK hand last passed it.
     pub referenced: ReferencedBits,
     pub hand: usize,
+    /// The slots of the entries in `table` (entries removed but still held by readers are not
+    /// counted).
+    entry_bytes: usize,
 }
 
 /// One bit per bucket, set by readers under the shard's read lock.
@@ -97,6 +100,15 @@ impl<B> Shard<B> {
     /// Stores `entry`, whose key hashes to `key_hash` in this shard, returning the one it
     /// replaced.
     fn insert(&mut self, key_hash: u64, entry: Entry<B>) -> Option<Entry<B>> {
+        self.entry_bytes += entry.slot_bytes();
+        let replaced = self.insert_entry(key_hash, entry);
+        if let Some(old) = &replaced {
+            self.entry_bytes -= old.slot_bytes();
+        }
+        replaced
+    }
+
+    fn insert_entry(&mut self, key_hash: u64, entry: Entry<B>) -> Option<Entry<B>> {
         let found = self.table.find_entry(key_hash, |e| e.key() == entry.key());
         match found {
             Ok(mut present) => {
@@ -123,7 +135,28 @@ impl<B> Shard<B> {
         let found = self
             .table
             .find_entry(key.in_shard(), |e| e.key() == key.key);
-        found.ok().map(|e| e.remove().0)
+        let removed = found.ok().map(|e| e.remove().0);
+        self.took_out(removed)
+    }
+
+    fn remove_bucket(&mut self, i: usize) -> Option<Entry<B>> {
+        let removed = self.table.get_bucket_entry(i).ok().map(|e| e.remove().0);
+        self.took_out(removed)
+    }
+
+    fn took_out(&mut self, removed: Option<Entry<B>>) -> Option<Entry<B>> {
+        if let Some(e) = &removed {
+            self.entry_bytes -= e.slot_bytes();
+        }
+        removed
+    }
+
+    /// The shard's memory: its entries' slots, the table's buckets (a pointer and a control
+    /// byte each) and the referenced bits.
+    fn memory_bytes(&self) -> usize {
+        self.entry_bytes
+            + self.table.num_buckets() * (size_of::<Entry<B>>() + 1)
+            + self.referenced.0.len() * size_of::<AtomicU64>()
     }
 }
 
@@ -141,6 +174,7 @@ impl<B> Index<B> {
                         table: HashTable::new(),
                         referenced: ReferencedBits::default(),
                         hand: 0,
+                        entry_bytes: 0,
                     })
                 })
                 .collect(),
@@ -232,7 +266,7 @@ impl<B> Index<B> {
                 continue;
             };
             return if remove {
-                shard.table.get_bucket_entry(i).ok().map(|e| e.remove().0)
+                shard.remove_bucket(i)
             } else {
                 shard.table.get_bucket(i).cloned()
             };
@@ -250,6 +284,13 @@ impl<B> Index<B> {
 
     pub fn len(&self) -> usize {
         (0..SHARDS).map(|i| self.read(i).table.len()).sum()
+    }
+
+    /// Bytes of memory the index takes: its entries (record, count, key) and its tables.
+    pub fn memory_bytes(&self) -> u64 {
+        (0..SHARDS)
+            .map(|i| self.read(i).memory_bytes() as u64)
+            .sum()
     }
 }
 
@@ -308,6 +349,42 @@ mod tests {
             assert!(idx.remove(&k.to_le_bytes()).is_some());
         }
         assert_eq!(idx.len(), 0);
+    }
+
+    #[test]
+    fn memory_counts_entries_in_the_table() {
+        let idx: Index<u64> = Index::new();
+        let empty = idx.memory_bytes();
+        let keys: Vec<[u8; 12]> = (0..1000u32)
+            .map(|k| {
+                let mut key = [b'x'; 12];
+                key[..4].copy_from_slice(&k.to_le_bytes());
+                key
+            })
+            .collect();
+        for k in &keys {
+            idx.insert(Entry::new(k, 0));
+        }
+        let slot = Entry::new(&keys[0], 0u64).slot_bytes() as u64;
+        let full = idx.memory_bytes();
+        assert!(
+            full >= empty + 1000 * slot,
+            "{full} bytes for 1000 slots of {slot}"
+        );
+        // Buckets at 7/8 load or less: a pointer and a control byte each, at most twice the
+        // entries plus a group per shard.
+        assert!(full <= 1000 * (slot + 2 * 9) + (SHARDS as u64) * 64 * 9);
+        // Replacing keeps the count; removing and evicting take the entries out.
+        idx.insert(Entry::new(&keys[0], 1));
+        assert_eq!(idx.memory_bytes(), full);
+        let held = idx.get(&keys[1]).unwrap();
+        idx.remove(&keys[1]);
+        assert_eq!(idx.memory_bytes(), full - slot);
+        drop(held);
+        while idx.evict_one(|_| true).is_some() {}
+        assert_eq!(idx.len(), 0);
+        // The tables keep their buckets.
+        assert_eq!(idx.memory_bytes(), full - 1000 * slot);
     }
 
     #[test]
