@@ -116,6 +116,7 @@ fn table(answers: &[Answer]) -> String {
         "USED GiB",
         "USABLE GiB",
         "BLOCKS",
+        "INDEX MiB",
         "CONNS",
         "CLIENTS BY TRANSPORT",
         "RDMA",
@@ -136,6 +137,7 @@ fn table(answers: &[Answer]) -> String {
                     gib(s.storage.used_bytes_total),
                     gib(s.storage.usable_bytes_total),
                     s.storage.blocks.to_string(),
+                    format!("{:.1}", s.storage.index_bytes as f64 / (1u64 << 20) as f64),
                     s.connections.current.to_string(),
                     mix,
                     if s.rdma.active { "active" } else { "off" }.into(),
@@ -251,9 +253,8 @@ mod tests {
             Answer {
                 server: "a:1".into(),
                 admin: "a:2".into(),
-                outcome: Ok(
-                    json!({"version": "0.1.0", "storage": {"mode": "memory", "blocks": 7}}),
-                ),
+                outcome: Ok(json!({"version": "0.1.0",
+                           "storage": {"mode": "memory", "blocks": 7, "index_bytes": 3145728}})),
             },
             Answer {
                 server: "b:1".into(),
@@ -265,7 +266,10 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("SERVER"));
         assert!(
-            lines[1].starts_with("a:1") && lines[1].contains("memory") && lines[1].contains(" 7 ")
+            lines[1].starts_with("a:1")
+                && lines[1].contains("memory")
+                && lines[1].contains(" 7 ")
+                && lines[1].contains(" 3.0 ")
         );
         assert!(lines[2].starts_with("b:1") && lines[2].contains("ERROR"));
         assert_eq!(lines[3], "b:1: cannot connect: refused");
