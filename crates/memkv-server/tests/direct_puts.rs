@@ -127,6 +127,8 @@ async fn direct_puts_store_what_was_sent_and_refuse_what_was_not() {
     let v = value(1_500_000, 77);
     assert_eq!(m.call(Opcode::TcpPut, b"maced", &v).await.0, Status::Ok);
     assert!(c.call(Opcode::TcpGet, b"maced", &[]).await.1 == v);
+    // Sent from the drive's buffers in two pieces, under a MAC over the whole payload.
+    assert!(m.call(Opcode::TcpGet, b"maced", &[]).await.1 == v);
     server.shutdown().await.unwrap();
 
     // Everything acknowledged is there after a restart.

@@ -73,12 +73,13 @@ pub use config::{
 };
 pub use error::{Result, StoreError};
 pub use file::DRIVE_ERROR_LIMIT;
+pub use file::LeasedValue;
 pub use file::inspect::{DriveContents, inspect_drive};
 pub use file::io::DriveIo;
 pub use reservation::Reservation;
 pub use stats::{DeviceStats, StoreStats};
 pub use store::{DirectPut, Store};
-pub use value::{Pinned, ValueRef};
+pub use value::{Pinned, ValueParts, ValueRef};
 
 /// On-disk format version this build writes (file mode); older versions are read.
 pub const FILE_FORMAT_VERSION: u32 = file::FORMAT_VERSION;

@@ -2,6 +2,7 @@
 
 mod arena_access;
 mod put_in_place;
+mod value_parts;
 
 pub use put_in_place::DirectPut;
 

@@ -1,8 +1,10 @@
-//! What reads hand back: [`ValueRef`] (zero-copy in memory mode) and [`Pinned`] (for RDMA).
+//! What reads hand back: [`ValueRef`] (zero-copy in memory mode), [`ValueParts`] (a value to
+//! send, zero-copy in memory and direct modes) and [`Pinned`] (for RDMA).
 
 use std::fmt;
 use std::ops::Deref;
 
+use crate::file::LeasedValue;
 use crate::index::Entry;
 use crate::memory::MemBlock;
 
@@ -72,6 +74,71 @@ impl fmt::Debug for ValueRef {
             .field("checksum", &self.checksum)
             .field("arena_offset", &self.arena_offset())
             .finish()
+    }
+}
+
+/// A value to send, as slices in order: a [`ValueRef`], or in direct mode the drive buffers it
+/// was read into ([`crate::Store::get_parts`]).
+#[derive(Debug)]
+pub struct ValueParts(Parts);
+
+#[derive(Debug)]
+enum Parts {
+    Whole(ValueRef),
+    Leased(LeasedValue),
+}
+
+impl ValueParts {
+    pub(crate) fn whole(value: ValueRef) -> Self {
+        Self(Parts::Whole(value))
+    }
+
+    pub(crate) fn leased(value: LeasedValue) -> Self {
+        Self(Parts::Leased(value))
+    }
+
+    /// The value's bytes in order, in one or more slices.
+    pub fn parts(&self) -> impl Iterator<Item = &[u8]> {
+        let (whole, leased) = match &self.0 {
+            Parts::Whole(v) => (Some(&v[..]), None),
+            Parts::Leased(l) => (None, Some(l)),
+        };
+        whole
+            .into_iter()
+            .chain(leased.into_iter().flat_map(LeasedValue::parts))
+    }
+
+    pub fn len(&self) -> u64 {
+        match &self.0 {
+            Parts::Whole(v) => v.len() as u64,
+            Parts::Leased(l) => l.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// xxh3-64 of the value, as given at commit.
+    pub fn checksum(&self) -> u64 {
+        match &self.0 {
+            Parts::Whole(v) => v.checksum(),
+            Parts::Leased(l) => l.checksum(),
+        }
+    }
+
+    /// Whether the bytes sit in a drive's registered buffers (direct mode).
+    pub fn is_leased(&self) -> bool {
+        matches!(self.0, Parts::Leased(_))
+    }
+
+    /// The bytes in one buffer (copied only when they are in several).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(self.len() as usize);
+        for part in self.parts() {
+            bytes.extend_from_slice(part);
+        }
+        bytes
     }
 }
 

@@ -102,7 +102,7 @@ pub fn execute(shared: &Shared, h: &Header, key: &[u8], payload: Vec<u8>) -> Out
             Ok(false) => Outgoing::error(h, Status::NotFound, "no such key"),
             Err(e) => fail(h, &e),
         },
-        Opcode::TcpGet => match store.get(key) {
+        Opcode::TcpGet => match store.get_parts(key) {
             Ok(Some(v)) => ok(h, Body::Value(v)),
             Ok(None) => Outgoing::error(h, Status::NotFound, "no such key"),
             Err(e) => fail(h, &e),

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use memkv_proto::coverage::{self, Coverage};
 use memkv_proto::{HEADER_LEN, Header, Opcode, Sealer, Status, frame::error_message};
-use memkv_store::ValueRef;
+use memkv_store::{ValueParts, ValueRef};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
@@ -16,8 +16,9 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 pub enum Body {
     Empty,
     Owned(Vec<u8>),
-    /// A stored value, written from where it lives; its checksum is the stored one.
-    Value(ValueRef),
+    /// A stored value, written from where it lives (the arena, or the drive buffers it was read
+    /// into); its checksum is the stored one.
+    Value(ValueParts),
     /// A BatchGet response: the encoded prefix, then per item its 14-byte header and value.
     BatchGet {
         count: [u8; 4],
@@ -83,7 +84,7 @@ fn body_parts(body: &Body) -> Vec<&[u8]> {
     match body {
         Body::Empty => Vec::new(),
         Body::Owned(v) => vec![v],
-        Body::Value(v) => vec![v],
+        Body::Value(v) => v.parts().collect(),
         Body::BatchGet { count, items } => {
             let mut parts = Vec::with_capacity(1 + 2 * items.len());
             parts.push(&count[..]);

@@ -220,6 +220,11 @@ impl ExtentIo for DirectDrive {
         self.ring.submit(lease, Direction::Write, offset, len, 0)
     }
 
+    fn read_leased(&self, lease: BufferLease, offset: u64, len: usize) -> io::Result<InFlight> {
+        self.check_range(offset, len)?;
+        self.ring.submit(lease, Direction::Read, offset, len, 0)
+    }
+
     fn sync(&self) -> io::Result<()> {
         // O_DIRECT writes bypass the page cache but may sit in the device's volatile cache.
         self.file.sync_data()

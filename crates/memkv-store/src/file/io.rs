@@ -40,6 +40,13 @@ pub(crate) trait ExtentIo: Send + Sync {
             "this drive has no registered buffers",
         ))
     }
+    /// Starts reading `len` bytes (a multiple of 4 KiB) at `offset` into the front of `lease`.
+    fn read_leased(&self, _lease: BufferLease, _offset: u64, _len: usize) -> io::Result<InFlight> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this drive has no registered buffers",
+        ))
+    }
     /// Makes every completed write durable (data only; metadata as needed to read it back).
     fn sync(&self) -> io::Result<()>;
     fn len(&self) -> u64;

@@ -12,6 +12,7 @@ mod health;
 pub(crate) mod inspect;
 pub(crate) mod io;
 mod journal;
+mod leased;
 mod maintenance;
 mod open;
 mod superblock;
@@ -37,6 +38,8 @@ use journal::Journal;
 
 pub(crate) use fill::FillInPlace;
 pub(crate) use journal::MAX_EXTENTS_PER_VALUE;
+pub(crate) use leased::LeasedRead;
+pub use leased::LeasedValue;
 pub(crate) use superblock::FORMAT_VERSION;
 
 /// Values of one batch written at once (each writer thread moves one value at a time).
@@ -353,38 +356,57 @@ impl FileBackend {
         buf: &mut [u8],
         failures: &AtomicU64,
     ) -> Result<Option<u64>> {
-        let drives_of = || block.extents.ids.iter().map(|&e| split_extent(e).0);
-        if let Some(d) = drives_of().find(|&d| !self.health.online(d)) {
-            self.health.unreadable(d);
+        if self.offline_drive(&block).is_some() {
             return Ok(None);
         }
         let actual = match self.read_extents(&block.extents.ids, block.len, buf) {
             Ok(sum) => sum,
-            Err(DriveError { drive, error }) => {
-                self.health.unreadable(drive);
-                tracing::warn!(key = ?String::from_utf8_lossy(key), drive, %error, "value unreadable; served as a miss");
-                // On a drive that stays online the error was a bad sector: the value is gone,
-                // so it is dropped. On one the error took offline, the value stays indexed (the
-                // drive may be back after a restart) and reads as a miss meanwhile.
-                if self.health.online(drive) {
-                    self.submit(Op::Delete {
-                        key: key.into(),
-                        only_if: Some(block),
-                    })?;
-                }
-                return Ok(None);
-            }
+            Err(e) => return self.read_failed(key, block, e).map(|()| None),
         };
         if actual == block.checksum {
             return Ok(Some(block.checksum));
         }
+        self.corrupt(key, block, failures).map(|()| None)
+    }
+
+    /// After `error` reading `block`: the value reads as a miss from now on.
+    fn read_failed(&self, key: &[u8], block: Entry<FileBlock>, error: DriveError) -> Result<()> {
+        let DriveError { drive, error } = error;
+        self.health.unreadable(drive);
+        tracing::warn!(key = ?String::from_utf8_lossy(key), drive, %error, "value unreadable; served as a miss");
+        // On a drive that stays online the error was a bad sector: the value is gone, so it is
+        // dropped. On one the error took offline, the value stays indexed (the drive may be
+        // back after a restart) and reads as a miss meanwhile.
+        if self.health.online(drive) {
+            self.submit(Op::Delete {
+                key: key.into(),
+                only_if: Some(block),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `block` failed its checksum: counted, and dropped so that it is never served.
+    fn corrupt(&self, key: &[u8], block: Entry<FileBlock>, failures: &AtomicU64) -> Result<()> {
         failures.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(key = ?String::from_utf8_lossy(key), "checksum mismatch on read; dropping value");
         self.submit(Op::Delete {
             key: key.into(),
             only_if: Some(block),
         })?;
-        Ok(None)
+        Ok(())
+    }
+
+    /// The first of `block`'s drives that is offline (counted as an unreadable value on it).
+    fn offline_drive(&self, block: &FileBlock) -> Option<usize> {
+        let d = block
+            .extents
+            .ids
+            .iter()
+            .map(|&e| split_extent(e).0)
+            .find(|&d| !self.health.online(d))?;
+        self.health.unreadable(d);
+        Some(d)
     }
 
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
