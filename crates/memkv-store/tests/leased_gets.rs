@@ -108,3 +108,41 @@ fn file_mode_answers_the_usual_way() {
     assert!(!got.is_leased());
     assert!(got.to_vec() == bytes);
 }
+
+#[test]
+fn a_batch_reads_what_fits_the_buffers_at_once_and_the_rest_the_usual_way() {
+    let dir = TempDir::on_disk("leased-gets-batch");
+    let store = Store::open(direct_config(&dir, 2, 128 << 20, 1 << 20)).unwrap();
+    // 24 values of 2.5 MB: three buffers each, 72 in all, where the two drives spare 32.
+    let values: Vec<(String, Vec<u8>)> = (0..24u32)
+        .map(|i| (format!("b{i}"), value(2_500_000, 100 + i)))
+        .collect();
+    for (k, v) in &values {
+        store.put(k.as_bytes(), v).unwrap();
+    }
+    let mut keys: Vec<&[u8]> = values.iter().map(|(k, _)| k.as_bytes()).collect();
+    keys.insert(3, b"absent");
+    keys.insert(7, b"");
+    let got = store.get_parts_batch(&keys);
+    assert_eq!(got.len(), keys.len());
+    assert!(
+        got[3].as_ref().unwrap().is_none(),
+        "an absent key is a miss"
+    );
+    assert!(got[7].is_err(), "an empty key is refused");
+    let found: Vec<_> = got
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 7)
+        .map(|(_, r)| r.unwrap().unwrap())
+        .collect();
+    for ((k, v), got) in values.iter().zip(&found) {
+        assert!(got.to_vec() == *v, "{k} came back different");
+    }
+    let leased = found.iter().filter(|v| v.is_leased()).count();
+    assert!(
+        (1..values.len()).contains(&leased),
+        "some values leased, the rest read the usual way: {leased} of {}",
+        values.len()
+    );
+}

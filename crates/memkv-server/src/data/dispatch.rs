@@ -288,16 +288,17 @@ fn batch_get(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
         Err(e) => return bad(h, &e),
     };
     let mut budget = shared.limits.max_frame_payload.saturating_sub(4);
+    let found = shared.store.get_parts_batch(&keys);
     let items = keys
         .iter()
-        .map(|k| {
-            let found = if k.is_empty() {
-                Err(StoreError::BadRequest(EMPTY_KEY.into()))
-            } else {
-                shared.store.get(k)
+        .zip(found)
+        .map(|(k, found)| {
+            let found = match k.is_empty() {
+                true => Err(StoreError::BadRequest(EMPTY_KEY.into())),
+                false => found,
             };
             let (status, value) = match found {
-                Ok(Some(v)) if (GET_ITEM_HEADER_LEN + v.len()) as u64 <= budget => {
+                Ok(Some(v)) if GET_ITEM_HEADER_LEN as u64 + v.len() <= budget => {
                     (Status::Ok, Some(v))
                 }
                 Ok(Some(_)) => (Status::TooLarge, None),
@@ -305,7 +306,7 @@ fn batch_get(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
                 Err(e) => (store_status(&e), None),
             };
             let len = value.as_ref().map_or(0, |v| v.len());
-            budget = budget.saturating_sub((GET_ITEM_HEADER_LEN + len) as u64);
+            budget = budget.saturating_sub(GET_ITEM_HEADER_LEN as u64 + len);
             let sum = value.as_ref().map_or(0, |v| v.checksum());
             (batch::get_item_header(status, len as u32, sum), value)
         })

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use memkv_proto::coverage::{self, Coverage};
 use memkv_proto::{HEADER_LEN, Header, Opcode, Sealer, Status, frame::error_message};
-use memkv_store::{ValueParts, ValueRef};
+use memkv_store::ValueParts;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
@@ -24,7 +24,7 @@ pub enum Body {
         count: [u8; 4],
         items: Vec<(
             [u8; memkv_proto::batch::GET_ITEM_HEADER_LEN],
-            Option<ValueRef>,
+            Option<ValueParts>,
         )>,
     },
 }
@@ -91,7 +91,7 @@ fn body_parts(body: &Body) -> Vec<&[u8]> {
             for (head, value) in items {
                 parts.push(&head[..]);
                 if let Some(v) = value {
-                    parts.push(v);
+                    parts.extend(v.parts());
                 }
             }
             parts

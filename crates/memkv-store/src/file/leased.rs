@@ -12,9 +12,10 @@
 use std::sync::atomic::AtomicU64;
 
 use super::extents::split_extent;
-use super::{DriveError, FileBackend};
+use super::{DriveError, FileBackend, FileBlock};
 use crate::arena::{BufferLease, DIRECT_ALIGN, InFlight, Xxh3Stream};
 use crate::error::Result;
+use crate::index::Entry;
 
 /// The most buffers (1 MiB each) one leased get may hold: values up to 4 MiB.
 const MAX_PIECES: usize = 4;
@@ -73,27 +74,62 @@ struct Piece {
     take: usize,
 }
 
+/// A leased read whose requests are on their way: finish it with [`FileBackend::finish_leased`].
+pub(crate) struct Started {
+    block: Entry<FileBlock>,
+    /// Per read: its drive, the value bytes it carries, and the request.
+    flights: Vec<(usize, usize, InFlight)>,
+}
+
+pub(crate) enum Start {
+    Started(Started),
+    Done(LeasedRead),
+}
+
 impl FileBackend {
     /// Reads and verifies `key` into registered buffers leased for the purpose.
     pub(crate) fn read_leased(&self, key: &[u8], failures: &AtomicU64) -> Result<LeasedRead> {
+        match self.start_leased(key)? {
+            Start::Started(s) => self.finish_leased(key, s, failures),
+            Start::Done(read) => Ok(read),
+        }
+    }
+
+    /// [`Self::read_leased`] for each key, every value's reads started before the first is
+    /// awaited, so the drives work on the whole batch at once.
+    pub(crate) fn read_leased_many(
+        &self,
+        keys: &[&[u8]],
+        failures: &AtomicU64,
+    ) -> Vec<Result<LeasedRead>> {
+        let started: Vec<Result<Start>> = keys.iter().map(|k| self.start_leased(k)).collect();
+        keys.iter()
+            .zip(started)
+            .map(|(key, start)| match start? {
+                Start::Started(s) => self.finish_leased(key, s, failures),
+                Start::Done(read) => Ok(read),
+            })
+            .collect()
+    }
+
+    /// Leases the buffers for `key`'s value and submits its reads.
+    fn start_leased(&self, key: &[u8]) -> Result<Start> {
         let Some(block) = self.index.get(key) else {
-            return Ok(LeasedRead::Missing);
+            return Ok(Start::Done(LeasedRead::Missing));
         };
         if self.offline_drive(&block).is_some() {
-            return Ok(LeasedRead::Missing);
+            return Ok(Start::Done(LeasedRead::Missing));
         }
         let Some(plan) = self.plan(&block.extents.ids, block.len) else {
-            return Ok(LeasedRead::Unavailable);
+            return Ok(Start::Done(LeasedRead::Unavailable));
         };
         let mut leases = Vec::with_capacity(plan.len());
         for p in &plan {
             match self.drives[p.drive].try_lease() {
                 Some(lease) => leases.push(lease),
-                None => return Ok(LeasedRead::Unavailable),
+                None => return Ok(Start::Done(LeasedRead::Unavailable)),
             }
         }
-        // Every read is submitted before the first is awaited: the drive works on all of them
-        // while the earlier ones are hashed.
         let mut flights: Vec<(usize, usize, InFlight)> = Vec::with_capacity(plan.len());
         for (p, lease) in plan.iter().zip(leases) {
             let len = p.take.next_multiple_of(DIRECT_ALIGN);
@@ -105,10 +141,22 @@ impl FileBackend {
                     drop(flights);
                     return self
                         .read_failed(key, block, e)
-                        .map(|()| LeasedRead::Missing);
+                        .map(|()| Start::Done(LeasedRead::Missing));
                 }
             }
         }
+        Ok(Start::Started(Started { block, flights }))
+    }
+
+    /// Waits for a started read's requests in order, hashing each buffer as it lands (the
+    /// drive works on the later ones meanwhile), and checks the value.
+    fn finish_leased(
+        &self,
+        key: &[u8],
+        started: Started,
+        failures: &AtomicU64,
+    ) -> Result<LeasedRead> {
+        let Started { block, flights } = started;
         let mut hasher = Xxh3Stream::new();
         let mut pieces = Vec::with_capacity(flights.len());
         let mut flights = flights.into_iter();

@@ -26,4 +26,35 @@ impl Store {
         }
         Ok(self.get(key)?.map(ValueParts::whole))
     }
+
+    /// [`Self::get_parts`] for each key, in order. In direct mode the reads of every value
+    /// that finds buffers are in flight together; the others are read the usual way after.
+    pub fn get_parts_batch(&self, keys: &[&[u8]]) -> Vec<Result<Option<ValueParts>>> {
+        let (StoreMode::Direct { .. }, Backend::File(f)) =
+            (&self.inner.config.mode, &self.inner.backend)
+        else {
+            return keys
+                .iter()
+                .map(|k| Ok(self.get(k)?.map(ValueParts::whole)))
+                .collect();
+        };
+        // A key the store refuses is looked up as the empty key, which the index never holds,
+        // and refused below.
+        let valid: Vec<&[u8]> = keys
+            .iter()
+            .map(|k| if check_key(k).is_ok() { *k } else { &[][..] })
+            .collect();
+        let leased = f.read_leased_many(&valid, &self.inner.checksum_failures);
+        keys.iter()
+            .zip(leased)
+            .map(|(key, read)| {
+                check_key(key)?;
+                match read? {
+                    LeasedRead::Found(v) => Ok(Some(ValueParts::leased(v))),
+                    LeasedRead::Missing => Ok(None),
+                    LeasedRead::Unavailable => Ok(self.get(key)?.map(ValueParts::whole)),
+                }
+            })
+            .collect()
+    }
 }
