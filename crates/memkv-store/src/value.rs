@@ -132,7 +132,7 @@ impl ValueParts {
         matches!(self.0, Parts::Leased(_))
     }
 
-    /// The bytes in one buffer (copied only when they are in several).
+    /// A copy of the value's bytes in one buffer.
     pub fn to_vec(&self) -> Vec<u8> {
         let mut bytes = Vec::with_capacity(self.len() as usize);
         for part in self.parts() {

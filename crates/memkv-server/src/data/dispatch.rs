@@ -293,9 +293,10 @@ fn batch_get(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
         .iter()
         .zip(found)
         .map(|(k, found)| {
-            let found = match k.is_empty() {
-                true => Err(StoreError::BadRequest(EMPTY_KEY.into())),
-                false => found,
+            let found = if k.is_empty() {
+                Err(StoreError::BadRequest(EMPTY_KEY.into()))
+            } else {
+                found
             };
             let (status, value) = match found {
                 Ok(Some(v)) if GET_ITEM_HEADER_LEN as u64 + v.len() <= budget => {

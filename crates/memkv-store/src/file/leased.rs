@@ -14,6 +14,7 @@ use std::sync::atomic::AtomicU64;
 use super::extents::split_extent;
 use super::{DriveError, FileBackend, FileBlock};
 use crate::arena::{BufferLease, DIRECT_ALIGN, InFlight, Xxh3Stream};
+use crate::config::check_key;
 use crate::error::Result;
 use crate::index::Entry;
 
@@ -75,34 +76,33 @@ struct Piece {
 }
 
 /// A leased read whose requests are on their way: finish it with [`FileBackend::finish_leased`].
-pub(crate) struct Started {
+struct Started {
     block: Entry<FileBlock>,
     /// Per read: its drive, the value bytes it carries, and the request.
     flights: Vec<(usize, usize, InFlight)>,
 }
 
-pub(crate) enum Start {
+enum Start {
     Started(Started),
     Done(LeasedRead),
 }
 
 impl FileBackend {
-    /// Reads and verifies `key` into registered buffers leased for the purpose.
-    pub(crate) fn read_leased(&self, key: &[u8], failures: &AtomicU64) -> Result<LeasedRead> {
-        match self.start_leased(key)? {
-            Start::Started(s) => self.finish_leased(key, s, failures),
-            Start::Done(read) => Ok(read),
-        }
-    }
-
-    /// [`Self::read_leased`] for each key, every value's reads started before the first is
-    /// awaited, so the drives work on the whole batch at once.
+    /// Reads and verifies each key's value into registered buffers leased for the purpose,
+    /// every value's reads started before the first is awaited, so the drives work on the
+    /// whole batch at once. A key the store refuses gets its error.
     pub(crate) fn read_leased_many(
         &self,
         keys: &[&[u8]],
         failures: &AtomicU64,
     ) -> Vec<Result<LeasedRead>> {
-        let started: Vec<Result<Start>> = keys.iter().map(|k| self.start_leased(k)).collect();
+        let started: Vec<Result<Start>> = keys
+            .iter()
+            .map(|k| {
+                check_key(k)?;
+                self.start_leased(k)
+            })
+            .collect();
         keys.iter()
             .zip(started)
             .map(|(key, start)| match start? {

@@ -3,7 +3,7 @@
 //! between the drive and the socket.
 
 use super::{Backend, Store};
-use crate::config::{StoreMode, check_key};
+use crate::config::StoreMode;
 use crate::error::Result;
 use crate::file::LeasedRead;
 use crate::value::ValueParts;
@@ -14,17 +14,9 @@ impl Store {
     /// drops, so drop it once sent), otherwise as [`Store::get`] returns it. Blocks on the
     /// drives in drive-backed modes.
     pub fn get_parts(&self, key: &[u8]) -> Result<Option<ValueParts>> {
-        check_key(key)?;
-        if let (StoreMode::Direct { .. }, Backend::File(f)) =
-            (&self.inner.config.mode, &self.inner.backend)
-        {
-            match f.read_leased(key, &self.inner.checksum_failures)? {
-                LeasedRead::Found(v) => return Ok(Some(ValueParts::leased(v))),
-                LeasedRead::Missing => return Ok(None),
-                LeasedRead::Unavailable => {}
-            }
-        }
-        Ok(self.get(key)?.map(ValueParts::whole))
+        self.get_parts_batch(&[key])
+            .pop()
+            .expect("one result per key")
     }
 
     /// [`Self::get_parts`] for each key, in order. In direct mode the reads of every value
@@ -38,22 +30,13 @@ impl Store {
                 .map(|k| Ok(self.get(k)?.map(ValueParts::whole)))
                 .collect();
         };
-        // A key the store refuses is looked up as the empty key, which the index never holds,
-        // and refused below.
-        let valid: Vec<&[u8]> = keys
-            .iter()
-            .map(|k| if check_key(k).is_ok() { *k } else { &[][..] })
-            .collect();
-        let leased = f.read_leased_many(&valid, &self.inner.checksum_failures);
+        let leased = f.read_leased_many(keys, &self.inner.checksum_failures);
         keys.iter()
             .zip(leased)
-            .map(|(key, read)| {
-                check_key(key)?;
-                match read? {
-                    LeasedRead::Found(v) => Ok(Some(ValueParts::leased(v))),
-                    LeasedRead::Missing => Ok(None),
-                    LeasedRead::Unavailable => Ok(self.get(key)?.map(ValueParts::whole)),
-                }
+            .map(|(key, read)| match read? {
+                LeasedRead::Found(v) => Ok(Some(ValueParts::leased(v))),
+                LeasedRead::Missing => Ok(None),
+                LeasedRead::Unavailable => Ok(self.get(key)?.map(ValueParts::whole)),
             })
             .collect()
     }
