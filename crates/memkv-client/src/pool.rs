@@ -1,9 +1,13 @@
 //! The connections kept to one server, opened on first use and reopened with exponential
 //! backoff after a failure, so a dead server costs its callers one fast error instead of a
 //! connect attempt per request.
+//!
+//! A request goes to the connection with the fewest requests in flight. Round-robin alone let
+//! two requests queue on one socket (the second waits for the first's bytes) while another
+//! connection sat idle, which showed as a longer tail under concurrent callers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use memkv_proto::AuthKey;
@@ -58,13 +62,65 @@ struct Slot {
     backoff: Backoff,
 }
 
-/// Up to `num_connections` connections to one server, used round-robin.
+/// What callers see of a slot without taking its lock.
+#[derive(Default)]
+struct SlotLoad {
+    /// Requests holding the slot's connection now.
+    in_flight: AtomicUsize,
+    /// While the slot's last connect failure is backing off (milliseconds since the pool was
+    /// made; 0: not failing), it is chosen only when every slot is in that state. Once the
+    /// backoff ends it is chosen like any other, so it is tried again.
+    failing_until_ms: AtomicU64,
+}
+
+/// Up to `num_connections` connections to one server; each request takes the least loaded.
 pub(crate) struct ServerPool {
     server: String,
     key: AuthKey,
     payload_mac: bool,
     slots: Vec<Mutex<Slot>>,
+    loads: Vec<SlotLoad>,
+    /// What the slots' failure deadlines count from.
+    epoch: Instant,
+    /// Where the search for the least loaded slot starts, so ties rotate.
     next: AtomicUsize,
+}
+
+/// One request counted in flight on a slot until dropped.
+struct InFlight<'a>(&'a SlotLoad);
+
+impl<'a> InFlight<'a> {
+    fn new(load: &'a SlotLoad) -> Self {
+        load.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(load)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection taken from the pool; it counts as in flight on its slot until dropped.
+pub(crate) struct Lease<'a> {
+    conn: Arc<Connection>,
+    _in_flight: InFlight<'a>,
+}
+
+impl Lease<'_> {
+    /// The connection itself, for a holder that keeps it (an RDMA session's control channel);
+    /// it stops counting as in flight.
+    pub fn into_connection(self) -> Arc<Connection> {
+        self.conn
+    }
+}
+
+impl std::ops::Deref for Lease<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
 }
 
 impl ServerPool {
@@ -76,6 +132,10 @@ impl ServerPool {
             slots: (0..num_connections.max(1))
                 .map(|_| Mutex::new(Slot::default()))
                 .collect(),
+            loads: (0..num_connections.max(1))
+                .map(|_| SlotLoad::default())
+                .collect(),
+            epoch: Instant::now(),
             next: AtomicUsize::new(0),
         }
     }
@@ -84,13 +144,51 @@ impl ServerPool {
         &self.server
     }
 
-    /// An open connection: the next slot's, opening it if needed. While a slot is backing off
-    /// after a failure, its last error is returned at once.
-    pub async fn connection(&self) -> Result<Arc<Connection>> {
-        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+    /// The slot to use next: the fewest requests in flight among the slots that are not
+    /// failing (all of them when every one is), the first found from a rotating start.
+    fn pick(&self) -> usize {
+        let n = self.loads.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
+        let now = self.millis(Instant::now());
+        let mut best: Option<(bool, usize, usize)> = None;
+        for k in 0..n {
+            let index = (start + k) % n;
+            let load = &self.loads[index];
+            let rank = (
+                load.failing_until_ms.load(Ordering::Relaxed) > now,
+                load.in_flight.load(Ordering::Relaxed),
+                index,
+            );
+            if best.is_none_or(|b| (rank.0, rank.1) < (b.0, b.1)) {
+                best = Some(rank);
+                if !rank.0 && rank.1 == 0 {
+                    break;
+                }
+            }
+        }
+        best.map_or(start, |b| b.2)
+    }
+
+    /// `at` in milliseconds since the pool was made, at least 1 (0 means "not failing").
+    fn millis(&self, at: Instant) -> u64 {
+        let ms = at.saturating_duration_since(self.epoch).as_millis();
+        u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// An open connection: the least loaded slot's, opening it if needed. While that slot is
+    /// backing off after a failure, its last error is returned at once.
+    pub async fn connection(&self) -> Result<Lease<'_>> {
+        let index = self.pick();
+        let load = &self.loads[index];
+        // Counted from here, so concurrent callers see the slot as taken while it connects.
+        let in_flight = InFlight::new(load);
+        let lease = |conn: Arc<Connection>| Lease {
+            conn,
+            _in_flight: in_flight,
+        };
         let mut slot = self.slots[index].lock().await;
         if let Some(conn) = slot.conn.as_ref().filter(|c| c.is_open()) {
-            return Ok(Arc::clone(conn));
+            return Ok(lease(Arc::clone(conn)));
         }
         slot.conn = None;
         let now = Instant::now();
@@ -110,15 +208,20 @@ impl ServerPool {
                     tracing::info!(server = %self.server, "reconnected");
                 }
                 slot.backoff.succeeded();
+                load.failing_until_ms.store(0, Ordering::Relaxed);
                 let conn = Arc::new(conn);
                 slot.conn = Some(Arc::clone(&conn));
-                Ok(conn)
+                Ok(lease(conn))
             }
             Err(err) => {
                 if slot.backoff.failures == 0 {
                     tracing::warn!(server = %self.server, "cannot connect: {err}");
                 }
-                slot.backoff.failed(Instant::now(), err.clone());
+                let now = Instant::now();
+                slot.backoff.failed(now, err.clone());
+                let until = slot.backoff.retry_at.unwrap_or(now);
+                load.failing_until_ms
+                    .store(self.millis(until), Ordering::Relaxed);
                 Err(err)
             }
         }
@@ -136,6 +239,68 @@ mod tests {
         assert_eq!(Backoff::delay(6), Duration::from_millis(1600));
         assert_eq!(Backoff::delay(7), BACKOFF_MAX);
         assert_eq!(Backoff::delay(u32::MAX), BACKOFF_MAX);
+    }
+
+    fn pool(slots: usize) -> ServerPool {
+        ServerPool::new(
+            "127.0.0.1:1".into(),
+            AuthKey::from_bytes([7; 32]),
+            false,
+            slots,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_request_takes_the_least_loaded_connection() {
+        let p = pool(4);
+        for (slot, n) in [(0, 2), (1, 1), (2, 3), (3, 1)] {
+            p.loads[slot].in_flight.store(n, Ordering::Relaxed);
+        }
+        // Slots 1 and 3 tie; the search start rotates, so both are used.
+        let picks: Vec<usize> = (0..8).map(|_| p.pick()).collect();
+        assert!(picks.iter().all(|&i| i == 1 || i == 3), "{picks:?}");
+        assert!(picks.contains(&1) && picks.contains(&3), "{picks:?}");
+        p.loads[2].in_flight.store(0, Ordering::Relaxed);
+        assert!((0..8).all(|_| p.pick() == 2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_slot_is_skipped_until_its_backoff_ends() {
+        let p = pool(2);
+        p.loads[1].in_flight.store(5, Ordering::Relaxed);
+        let until = p.millis(Instant::now() + Duration::from_millis(50));
+        p.loads[0].failing_until_ms.store(until, Ordering::Relaxed);
+        assert!(
+            (0..4).all(|_| p.pick() == 1),
+            "a busy healthy slot beats a failing one"
+        );
+        p.loads[1].failing_until_ms.store(until, Ordering::Relaxed);
+        assert!(
+            (0..4).all(|_| p.pick() == 0),
+            "all failing: the least loaded"
+        );
+        tokio::time::advance(Duration::from_millis(50)).await;
+        p.loads[1].failing_until_ms.store(0, Ordering::Relaxed);
+        assert!((0..4).all(|_| p.pick() == 0), "backoff over: tried again");
+    }
+
+    #[tokio::test]
+    async fn a_lease_counts_until_dropped_and_a_failed_connect_marks_the_slot() {
+        let p = pool(2);
+        // Nothing listens on port 1: the connect fails, and the slot's count comes back.
+        assert!(p.connection().await.is_err());
+        assert!(
+            p.loads
+                .iter()
+                .all(|l| l.in_flight.load(Ordering::Relaxed) == 0)
+        );
+        let now = p.millis(Instant::now());
+        let failing = p
+            .loads
+            .iter()
+            .filter(|l| l.failing_until_ms.load(Ordering::Relaxed) > now)
+            .count();
+        assert_eq!(failing, 1);
     }
 
     #[tokio::test(start_paused = true)]

@@ -365,7 +365,7 @@ impl RdmaPath {
                 .fetch_add(old.channel.doorbells(), Ordering::Relaxed);
         }
         let server = pool.server();
-        let control = pool.connection().await?;
+        let control = pool.connection().await?.into_connection();
         let qp = Arc::new(
             self.rails[rail]
                 .device
