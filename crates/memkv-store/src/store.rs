@@ -272,16 +272,7 @@ impl Store {
                 .pop()
                 .expect("one result per item");
         }
-        self.check_writable(key, value.len() as u64)?;
-        match self.reserve_space(value.len() as u64)? {
-            Space::Memory(mut b) => {
-                let sum = b.fill_hashed(value);
-                self.commit_space(key, Space::Memory(b), sum, false)
-            }
-            Space::File(_) => Err(StoreError::BadRequest(
-                "a memory store reserved drive space".into(),
-            )),
-        }
+        self.put_in_memory(key, value, None)
     }
 
     /// Stores `value` under `key` once it hashes (xxh3-64) to `checksum`, the checksum its
@@ -293,22 +284,25 @@ impl Store {
                 .pop()
                 .expect("one result per item");
         }
-        let mut reservation = self.allocate(key, value.len() as u64)?;
-        let id = reservation.id();
-        let written = match reservation.as_mut_slice() {
-            Some(slice) => {
-                slice.copy_from_slice(value);
-                Ok(())
+        self.put_in_memory(key, value, Some(checksum))
+    }
+
+    /// A memory-mode put of a whole value: copied into the arena and hashed in one pass, then
+    /// indexed (refused, and its room freed, unless it hashes to `expected`, when given). A
+    /// value held whole needs no reservation: nothing else can see it before it is indexed.
+    fn put_in_memory(&self, key: &[u8], value: &[u8], expected: Option<u64>) -> Result<()> {
+        self.check_writable(key, value.len() as u64)?;
+        match self.reserve_space(value.len() as u64)? {
+            Space::Memory(mut block) => {
+                let actual = block.fill_hashed(value);
+                if let Some(expected) = expected.filter(|&e| e != actual) {
+                    return Err(StoreError::ChecksumMismatch { expected, actual });
+                }
+                self.commit_space(key, Space::Memory(block), actual, false)
             }
-            None => reservation.write_at(0, value),
-        };
-        match written {
-            Ok(()) => self.commit(reservation, checksum),
-            Err(e) => {
-                drop(reservation);
-                let _ = self.abort(id);
-                Err(e)
-            }
+            Space::File(_) => Err(StoreError::BadRequest(
+                "a memory store reserved drive space".into(),
+            )),
         }
     }
 

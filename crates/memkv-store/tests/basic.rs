@@ -338,6 +338,36 @@ fn pins_expire_and_stop_blocking_eviction() {
 }
 
 #[test]
+fn checked_puts_store_only_values_that_match_their_checksum() {
+    let dir = TempDir::new("checked");
+    for (mode, store) in every_mode(&dir, &TempDir::on_disk(&format!("{}-direct", line!()))) {
+        let value = vec![5u8; 4096];
+        store.put(b"kept", b"old").unwrap();
+        let used = store.stats().used_bytes;
+        let results = store.put_batch_checked(&[
+            (b"good", &value, checksum(&value)),
+            (b"kept", &value, checksum(&value) ^ 1),
+            (b"", &value, checksum(&value)),
+        ]);
+        assert!(results[0].is_ok(), "{mode}: {:?}", results[0]);
+        assert!(
+            matches!(results[1], Err(StoreError::ChecksumMismatch { .. })),
+            "{mode}: {:?}",
+            results[1]
+        );
+        assert!(results[2].is_err(), "{mode}: an empty key was stored");
+        assert_eq!(&*store.get(b"good").unwrap().unwrap(), &value[..], "{mode}");
+        assert_eq!(&*store.get(b"kept").unwrap().unwrap(), b"old", "{mode}");
+        store.delete(b"good").unwrap();
+        assert_eq!(
+            store.stats().used_bytes,
+            used,
+            "{mode}: a refused value kept its room"
+        );
+    }
+}
+
+#[test]
 fn batches_and_mode_specific_calls() {
     let dir = TempDir::new("batch");
     for (mode, store) in every_mode(&dir, &TempDir::on_disk(&format!("{}-direct", line!()))) {
