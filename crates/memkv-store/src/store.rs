@@ -266,31 +266,26 @@ impl Store {
 
     /// Stores `value` under `key` in one step.
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        if let Backend::File(f) = &self.inner.backend {
-            return self
-                .put_drive_backed(f, &[(key, value, None)])
-                .pop()
-                .expect("one result per item");
-        }
-        self.put_in_memory(key, value, None)
+        self.put_whole(key, value, None)
     }
 
     /// Stores `value` under `key` once it hashes (xxh3-64) to `checksum`, the checksum its
     /// sender computed; on a mismatch nothing is stored.
     pub fn put_checked(&self, key: &[u8], value: &[u8], checksum: u64) -> Result<()> {
+        self.put_whole(key, value, Some(checksum))
+    }
+
+    /// A put of a whole value, refused unless it hashes to `expected`, when given. In memory
+    /// mode the value is copied into the arena and hashed in one pass, then indexed (a refused
+    /// value's room is freed); a value held whole needs no reservation, since nothing else can
+    /// see it before it is indexed.
+    fn put_whole(&self, key: &[u8], value: &[u8], expected: Option<u64>) -> Result<()> {
         if let Backend::File(f) = &self.inner.backend {
             return self
-                .put_drive_backed(f, &[(key, value, Some(checksum))])
+                .put_drive_backed(f, &[(key, value, expected)])
                 .pop()
                 .expect("one result per item");
         }
-        self.put_in_memory(key, value, Some(checksum))
-    }
-
-    /// A memory-mode put of a whole value: copied into the arena and hashed in one pass, then
-    /// indexed (refused, and its room freed, unless it hashes to `expected`, when given). A
-    /// value held whole needs no reservation: nothing else can see it before it is indexed.
-    fn put_in_memory(&self, key: &[u8], value: &[u8], expected: Option<u64>) -> Result<()> {
         self.check_writable(key, value.len() as u64)?;
         match self.reserve_space(value.len() as u64)? {
             Space::Memory(mut block) => {
