@@ -9,6 +9,7 @@
 pub mod admin;
 mod clients;
 pub mod config;
+mod congestion;
 mod data;
 mod local;
 pub mod metrics;

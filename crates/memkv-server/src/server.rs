@@ -31,6 +31,8 @@ pub enum StartError {
         "cannot bind the same-host transport's Unix socket (set network.shared_memory: false to run without it): {0}"
     )]
     LocalSocket(std::io::Error),
+    #[error(transparent)]
+    Congestion(#[from] crate::congestion::CongestionError),
 }
 
 /// A running server. Dropping it without [`Server::shutdown`] leaves its tasks running on the
@@ -74,6 +76,10 @@ impl Server {
         let listener = TcpListener::bind(address)
             .await
             .map_err(|source| StartError::Bind { address, source })?;
+        if let Some(name) = &config.network.tcp_congestion {
+            crate::congestion::apply(&listener, name)?;
+            tracing::info!(algorithm = %name, "TCP congestion control of data connections (network.tcp_congestion)");
+        }
         let data_addr = listener
             .local_addr()
             .map_err(|source| StartError::Bind { address, source })?;

@@ -23,6 +23,38 @@ fn config(extra: &str) -> ServerConfig {
     ServerConfig::from_yaml_str(&yaml, "test").expect("valid test config")
 }
 
+/// `network.tcp_congestion`: a connection to a server on Reno round-trips a 17-segment value
+/// (the size BBR stalls on loopback); a name the kernel lacks stops the start, by key.
+#[tokio::test]
+async fn tcp_congestion_is_set_on_data_connections_or_refused_at_start() {
+    let on = |algorithm: &str| {
+        let yaml = format!(
+            "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\n  tcp_congestion: {algorithm}\nmemory:\n  max_size: 64 MiB\n"
+        );
+        ServerConfig::from_yaml_str(&yaml, "test").unwrap()
+    };
+    let server = Server::start(on("reno")).await.unwrap();
+    let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    let value = vec![7u8; 1040 << 10];
+    assert_eq!(c.call(Opcode::TcpPut, b"k", &value).await.0, Status::Ok);
+    let (status, got) = c.call(Opcode::TcpGet, b"k", &[]).await;
+    assert_eq!(status, Status::Ok);
+    assert!(got == value);
+    server.shutdown().await.unwrap();
+
+    let err = Server::start(on("nosuchalgo"))
+        .await
+        .err()
+        .expect("an unknown algorithm stops the start")
+        .to_string();
+    assert!(
+        err.contains("network.tcp_congestion") && err.contains("nosuchalgo"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn put_get_delete_exists_round_trip_bit_exact() {
     let server = Server::start(config("")).await.unwrap();

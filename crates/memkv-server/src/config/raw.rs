@@ -26,6 +26,7 @@ pub struct RawNetwork {
     pub idle_timeout: Option<u64>,
     pub shared_memory: Option<bool>,
     pub threads: Option<u64>,
+    pub tcp_congestion: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

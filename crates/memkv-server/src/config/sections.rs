@@ -50,6 +50,9 @@ pub struct NetworkConfig {
     /// memkv extension: threads serving connections (the async runtime's workers); `None`,
     /// one per CPU. Fewer leave cores to an engine on the same host.
     pub threads: Option<usize>,
+    /// memkv extension: the TCP congestion control of data connections (`TCP_CONGESTION` on
+    /// the listener, which accepted connections inherit); `None`, the host's default.
+    pub tcp_congestion: Option<String>,
 }
 
 impl NetworkConfig {

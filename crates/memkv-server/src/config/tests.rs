@@ -628,3 +628,28 @@ fn threads_out_of_range_are_refused_by_name() {
         .to_string();
     assert!(err.contains("threads"), "{err}");
 }
+
+#[test]
+fn tcp_congestion_is_a_kernel_algorithm_name() {
+    let config = parse(&format!("network:\n  auth_key: {KEY}\n")).unwrap();
+    assert_eq!(config.network.tcp_congestion, None, "the host's default");
+    let config = parse(&format!(
+        "network:\n  auth_key: {KEY}\n  tcp_congestion: cubic\n"
+    ))
+    .unwrap();
+    assert_eq!(config.network.tcp_congestion.as_deref(), Some("cubic"));
+    for bad in [
+        "\"\"",
+        "\"cubic reno\"",
+        "averyveryverylongname",
+        "\"bbr;\"",
+    ] {
+        let err = parse(&format!(
+            "network:\n  auth_key: {KEY}\n  tcp_congestion: {bad}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("network.tcp_congestion"), "{err}");
+        assert!(err.contains("1-15 letters"), "{err}");
+    }
+}

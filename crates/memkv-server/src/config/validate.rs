@@ -229,7 +229,32 @@ impl Checker<'_> {
                 .map(|n| self.ranged("network.threads", Some(n), n, 1, MAX_THREADS))
                 .transpose()?
                 .map(|n| n as usize),
+            tcp_congestion: raw
+                .tcp_congestion
+                .map(|name| self.congestion_name(&name))
+                .transpose()?,
         })
+    }
+
+    /// A congestion-control name as the kernel takes it (`TCP_CA_NAME_MAX`: 15 bytes and a
+    /// NUL). Whether this kernel has it is known only when the listener is bound.
+    fn congestion_name(&self, name: &str) -> Checked<String> {
+        const KEY: &str = "network.tcp_congestion";
+        let valid = !name.is_empty()
+            && name.len() <= 15
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid {
+            return Err(self.invalid(
+                KEY,
+                format!(
+                    "`{name}` is not a congestion-control name (1-15 letters, digits, `_` or `-`, \
+                     as in /proc/sys/net/ipv4/tcp_available_congestion_control)"
+                ),
+            ));
+        }
+        Ok(name.to_owned())
     }
 
     fn rdma(&self, raw: RawRdma) -> Checked<RdmaConfig> {
