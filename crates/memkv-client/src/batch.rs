@@ -5,7 +5,7 @@
 use memkv_proto::batch;
 use memkv_proto::{Opcode, ProtoError, Status};
 
-use crate::destination::copy_into;
+use crate::destination::{Found, copy_into, copy_verified_into};
 use crate::local::routes::ItemDest;
 use crate::plan::{
     BATCH_PREFIX, Chunk, GET_ITEM_ANSWER_HEADER, KEY_ITEM_HEADER, PUT_ITEM_HEADER, Planned,
@@ -351,7 +351,9 @@ impl Client {
 
     /// Like [`Client::get_batch`], but each value is copied straight from the server's answer
     /// into `bufs[i]` (one buffer per key, caller-owned; no `Vec` per value). Each result is the
-    /// value's length, `None` for a miss, or [`Error::BufferTooSmall`] naming both sizes.
+    /// value's length, `None` for a miss, or [`Error::BufferTooSmall`] naming both sizes. A
+    /// buffer whose result is an error holds nothing to use (a value that failed its checksum
+    /// may have been copied into it: values are checked as they are copied).
     pub async fn get_batch_into<K: AsRef<[u8]>, B: AsMut<[u8]>>(
         &self,
         keys: &[K],
@@ -438,8 +440,8 @@ impl Client {
             .zip(answers)
             .map(|(chunk, answer)| {
                 let payload = answer?;
-                self.decode_chunk(chunk, &payload, |i, value| {
-                    copy_into(value, bufs[i].as_mut())
+                self.decode_chunk(chunk, &payload, |i, value, checksum| {
+                    copy_verified_into(value, checksum, bufs[i].as_mut())
                 })
             })
             .collect();
@@ -466,7 +468,10 @@ impl Client {
         keys: &[K],
     ) -> Result<Vec<Result<Option<Vec<u8>>>>> {
         let payload = self.fetch_chunk(chunk, keys).await?;
-        self.decode_chunk(chunk, &payload, |_, value| Ok(value.to_vec()))
+        self.decode_chunk(chunk, &payload, |_, value, checksum| {
+            memkv_proto::checksum::verify(value, checksum).map_err(Found::Corrupt)?;
+            Ok(value.to_vec())
+        })
     }
 
     /// Sends one BatchGet and returns its verified answer payload.
@@ -490,13 +495,14 @@ impl Client {
         Ok(r.payload)
     }
 
-    /// Decodes a BatchGet answer, checks each value's checksum and hands each found value to
-    /// `found` with the caller's index of its key.
+    /// Decodes a BatchGet answer and hands each found value to `found` with the caller's
+    /// index of its key and the value's checksum, which `found` checks (while it copies the
+    /// value out, where it does).
     fn decode_chunk<T>(
         &self,
         chunk: &Chunk,
         payload: &[u8],
-        mut found: impl FnMut(usize, &[u8]) -> Result<T>,
+        mut found: impl FnMut(usize, &[u8], u64) -> std::result::Result<T, Found>,
     ) -> Result<Vec<Result<Option<T>>>> {
         let server = self.server_name(chunk.server);
         let protocol = |source| Error::Protocol {
@@ -511,9 +517,11 @@ impl Client {
             .into_iter()
             .zip(&chunk.items)
             .map(|(item, &index)| match item.status {
-                Status::Ok => memkv_proto::checksum::verify(item.value, item.checksum)
-                    .map_err(protocol)
-                    .and_then(|()| found(index, item.value).map(Some)),
+                Status::Ok => match found(index, item.value, item.checksum) {
+                    Ok(value) => Ok(Some(value)),
+                    Err(Found::Corrupt(e)) => Err(protocol(e)),
+                    Err(Found::Refused(e)) => Err(e),
+                },
                 Status::NotFound => Ok(None),
                 s => Err(item_error(self, chunk.server, s)),
             })

@@ -43,6 +43,31 @@ pub(crate) fn unbox<D: ReadDestination>(dest: BoxedDestination) -> D {
         .expect("a destination comes back as the type it was sent as")
 }
 
+/// Why a batch answer's value was not taken.
+pub(crate) enum Found {
+    /// It failed its checksum.
+    Corrupt(memkv_proto::ProtoError),
+    /// The caller's buffer cannot hold it.
+    Refused(Error),
+}
+
+/// [`copy_into`] for a value not checked yet: copied and checked against `checksum` in one
+/// pass (a batch answer's values). On a mismatch `buf` holds the bad bytes.
+pub(crate) fn copy_verified_into(
+    value: &[u8],
+    checksum: u64,
+    buf: &mut [u8],
+) -> std::result::Result<usize, Found> {
+    let Some(dest) = buf.get_mut(..value.len()) else {
+        return Err(Found::Refused(Error::BufferTooSmall {
+            len: value.len() as u64,
+            capacity: buf.len() as u64,
+        }));
+    };
+    memkv_proto::checksum::copy_verified(dest, value, checksum).map_err(Found::Corrupt)?;
+    Ok(value.len())
+}
+
 /// Copies `value` to the front of `buf`; its length, or why it does not fit.
 pub(crate) fn copy_into(value: &[u8], buf: &mut [u8]) -> Result<usize> {
     let Some(dest) = buf.get_mut(..value.len()) else {

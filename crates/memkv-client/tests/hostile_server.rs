@@ -228,6 +228,61 @@ async fn a_value_too_large_for_a_batch_answer_is_fetched_on_its_own() {
     drop(server.await.unwrap());
 }
 
+/// A batch answer whose value fails its checksum fails that item alone, for `get_batch` and for
+/// `get_batch_into` (which checks each value while copying it into the caller's buffer).
+#[tokio::test]
+async fn a_batch_value_failing_its_checksum_fails_that_item_alone() {
+    use memkv_proto::{Opcode, batch, checksum};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let good = vec![3u8; 4096];
+    let bad = vec![5u8; 4096];
+    let (good2, bad2) = (good.clone(), bad.clone());
+    let server = tokio::spawn(async move {
+        let (mut s, mut session) = accept_session(&listener).await;
+        for _ in 0..2 {
+            let (raw, h, body) = read_raw(&mut s, &Limits::DEFAULT).await;
+            session.opener.verify(&raw, &[], &body, true).unwrap();
+            assert_eq!(h.opcode, Opcode::BatchGet);
+            let items = [
+                batch::GetItem {
+                    status: Status::Ok,
+                    value: &good2,
+                    checksum: checksum::of(&good2),
+                },
+                batch::GetItem {
+                    status: Status::Ok,
+                    value: &bad2,
+                    checksum: checksum::of(&bad2) ^ 1,
+                },
+            ];
+            let answer = batch::encode_get_response(&items);
+            let frame = session
+                .sealer
+                .frame(Header::response(&h, Status::Ok), &[], &answer);
+            s.write_all(&frame).await.unwrap();
+        }
+        s
+    });
+    let c = client_for(addr).await;
+    let keys = [&b"good"[..], b"bad"];
+    let got = c.get_batch(&keys).await;
+    assert_eq!(got[0].as_ref().unwrap().as_deref(), Some(&good[..]));
+    assert!(
+        matches!(&got[1], Err(Error::Protocol { .. })),
+        "{:?}",
+        got[1]
+    );
+    let mut bufs = vec![vec![0u8; 8192], vec![0u8; 8192]];
+    let got = c.get_batch_into(&keys, &mut bufs).await;
+    assert_eq!(got[0].as_ref().unwrap(), &Some(4096));
+    assert_eq!(&bufs[0][..4096], &good[..]);
+    let err = got[1].as_ref().unwrap_err();
+    assert!(matches!(err, Error::Protocol { .. }), "{err:?}");
+    assert!(err.to_string().contains("checksum"), "{err}");
+    drop(server.await.unwrap());
+}
+
 /// A fatal refusal (docs/protocol.md, "Refusals") reaches the caller of the refused request as
 /// the server's status and message; the close that follows fails the other outstanding
 /// request, and the next call opens a fresh connection.
