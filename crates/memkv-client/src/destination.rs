@@ -58,24 +58,22 @@ pub(crate) fn copy_verified_into(
     checksum: u64,
     buf: &mut [u8],
 ) -> std::result::Result<usize, Found> {
-    let Some(dest) = buf.get_mut(..value.len()) else {
-        return Err(Found::Refused(Error::BufferTooSmall {
-            len: value.len() as u64,
-            capacity: buf.len() as u64,
-        }));
-    };
+    let dest = front(buf, value.len()).map_err(Found::Refused)?;
     memkv_proto::checksum::copy_verified(dest, value, checksum).map_err(Found::Corrupt)?;
     Ok(value.len())
 }
 
 /// Copies `value` to the front of `buf`; its length, or why it does not fit.
 pub(crate) fn copy_into(value: &[u8], buf: &mut [u8]) -> Result<usize> {
-    let Some(dest) = buf.get_mut(..value.len()) else {
-        return Err(Error::BufferTooSmall {
-            len: value.len() as u64,
-            capacity: buf.len() as u64,
-        });
-    };
-    dest.copy_from_slice(value);
+    front(buf, value.len())?.copy_from_slice(value);
     Ok(value.len())
+}
+
+/// The first `len` bytes of `buf`, or why a value of `len` bytes does not fit.
+fn front(buf: &mut [u8], len: usize) -> Result<&mut [u8]> {
+    let capacity = buf.len() as u64;
+    buf.get_mut(..len).ok_or(Error::BufferTooSmall {
+        len: len as u64,
+        capacity,
+    })
 }

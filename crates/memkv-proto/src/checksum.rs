@@ -26,19 +26,17 @@ pub fn of_parts(parts: &[&[u8]]) -> u64 {
 
 /// Checks `bytes` against `expected`.
 pub fn verify(bytes: &[u8], expected: u64) -> Result<(), ProtoError> {
-    let actual = of(bytes);
-    if actual == expected {
-        Ok(())
-    } else {
-        Err(ProtoError::ChecksumMismatch { expected, actual })
-    }
+    matches(of(bytes), expected)
 }
 
 /// Copies `bytes` into `dst` (the same length) and checks them against `expected`, reading
 /// them once: a batch answer's values are verified as they are copied out of it. On a
 /// mismatch `dst` holds the bad bytes; the caller reports the item as failed.
 pub fn copy_verified(dst: &mut [u8], bytes: &[u8], expected: u64) -> Result<(), ProtoError> {
-    let actual = copy_and_xxh3(dst, bytes);
+    matches(copy_and_xxh3(dst, bytes), expected)
+}
+
+fn matches(actual: u64, expected: u64) -> Result<(), ProtoError> {
     if actual == expected {
         Ok(())
     } else {
