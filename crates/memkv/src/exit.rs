@@ -86,8 +86,23 @@ impl From<Error> for Exit {
 
 impl From<anyhow::Error> for Exit {
     fn from(err: anyhow::Error) -> Exit {
-        Exit::with(FAILURE, format!("{err:#}"))
+        Exit::with(FAILURE, chain_message(&err))
     }
+}
+
+/// The error and its causes, each text once. Many errors already end with their source's text
+/// (thiserror's `"storage: {0}"` on a `#[from]` field), which `{:#}` prints again at every
+/// level: "storage: i/o error: X: i/o error: X: X".
+fn chain_message(err: &anyhow::Error) -> String {
+    let mut message = err.to_string();
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+    }
+    message
 }
 
 impl From<std::io::Error> for Exit {
@@ -101,6 +116,32 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        // As thiserror writes `#[error("i/o error: {0}")] Io(#[from] io::Error)`.
+        #[derive(Debug)]
+        struct Wrapped(std::io::Error);
+        impl std::fmt::Display for Wrapped {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "i/o error: {}", self.0)
+            }
+        }
+        impl std::error::Error for Wrapped {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let io = std::io::Error::other("drive0: No such file or directory");
+        let err = anyhow::Error::from(Wrapped(io)).context("storage");
+        assert_eq!(
+            chain_message(&err),
+            "storage: i/o error: drive0: No such file or directory"
+        );
+        // A cause that adds something is kept.
+        let err = anyhow::Error::from(std::io::Error::other("refused")).context("connect");
+        assert_eq!(chain_message(&err), "connect: refused");
+    }
 
     #[test]
     fn client_errors_map_to_their_codes() {

@@ -294,3 +294,32 @@ async fn start_exports_its_metrics_and_traces_over_otlp_to_memkv_otel_endpoint()
     receiver.abort();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_drive_that_cannot_open_stops_the_start_naming_it_once() {
+    let dir = scratch("drive-refused");
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        "network:\n  address: 127.0.0.1:0\nstorage:\n  mode: direct\n  drives:\n    - media: /dev/null\nrdma:\n  enabled: false\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_memkv"))
+        .args(["start", "--config"])
+        .arg(&config)
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env_remove("MEMKV_AUTH_KEY")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("memkv: "))
+        .unwrap_or_else(|| panic!("no error line in:\n{text}"));
+    assert_eq!(
+        line,
+        "memkv: storage: i/o error: storage.drives[0] (/dev/null): /dev/null is a character \
+         device: a direct-mode drive is a block device or a regular file"
+    );
+}

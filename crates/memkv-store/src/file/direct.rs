@@ -42,6 +42,7 @@ impl DirectDrive {
     /// exceed it); a regular file is created or grown as in file mode. The usable length is
     /// rounded down to whole 4 KiB sectors.
     pub fn open(path: &Path, size: Option<u64>, default_size: u64) -> io::Result<Self> {
+        check_kind(path)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -291,6 +292,32 @@ fn block_device_len(file: &File) -> io::Result<u64> {
     Ok(len)
 }
 
+/// Refuses, by what it is, a path that is neither a block device nor a regular file (nor
+/// missing, to be created): opening a character device such as `/dev/null` with O_DIRECT fails
+/// with an error that would blame the filesystem.
+fn check_kind(path: &Path) -> io::Result<()> {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    let kind = meta.file_type();
+    let what = if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_fifo() {
+        "a named pipe"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        return Ok(());
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "{} is {what}: a direct-mode drive is a block device or a regular file",
+            path.display()
+        ),
+    ))
+}
+
 fn refine_open_error(path: &Path, e: io::Error) -> io::Error {
     if e.raw_os_error() == Some(libc::EINVAL) {
         return io::Error::new(
@@ -308,6 +335,18 @@ fn refine_open_error(path: &Path, e: io::Error) -> io::Error {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_character_device_is_refused_by_what_it_is() {
+        let err = DirectDrive::open(Path::new("/dev/null"), None, 1 << 20)
+            .err()
+            .expect("/dev/null is no drive");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            err.to_string(),
+            "/dev/null is a character device: a direct-mode drive is a block device or a regular file"
+        );
+    }
 
     #[test]
     fn pieces_cover_unaligned_ranges_exactly() {
