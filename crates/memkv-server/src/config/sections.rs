@@ -51,7 +51,8 @@ pub struct NetworkConfig {
     /// one per CPU. Fewer leave cores to an engine on the same host.
     pub threads: Option<usize>,
     /// memkv extension: the TCP congestion control of data connections (`TCP_CONGESTION` on
-    /// the listener, which accepted connections inherit); `None`, the host's default.
+    /// the listener, which accepted connections inherit); `None`, the host's default, but
+    /// loopback connections leave BBR for cubic (`congestion::loopback_off_bbr`).
     pub tcp_congestion: Option<String>,
 }
 

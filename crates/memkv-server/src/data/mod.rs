@@ -44,6 +44,11 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::
                         tokio::spawn(async move { let _ = stream.write_all(&refusal).await; });
                         continue;
                     }
+                    if shared.config.network.tcp_congestion.is_none()
+                        && crate::congestion::loopback_off_bbr(&stream, peer)
+                    {
+                        tracing::debug!(%peer, "loopback connection moved from bbr to cubic (network.tcp_congestion unset)");
+                    }
                     let shared = Arc::clone(&shared);
                     let stop = shutdown.clone();
                     let open = shared.connections.open();
