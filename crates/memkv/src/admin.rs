@@ -92,9 +92,9 @@ pub async fn status(
             })
             .collect();
         let text = serde_json::to_string_pretty(&array).expect("JSON values serialize");
-        println!("{text}");
+        outln!("{text}");
     } else {
-        print!("{}", table(&answers));
+        out!("{}", table(&answers));
     }
     if failed > 0 {
         return Err(Exit::silent(exit::UNREACHABLE));

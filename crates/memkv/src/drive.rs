@@ -101,7 +101,7 @@ pub async fn run(
             if json {
                 print_json(&drives);
             } else {
-                print!("{}", table(&drives));
+                out!("{}", table(&drives));
             }
             Ok(())
         }
@@ -116,7 +116,7 @@ pub async fn run(
             if json {
                 print_json(&drive);
             } else {
-                print!("{}", detail(&drive));
+                out!("{}", detail(&drive));
             }
             Ok(())
         }
@@ -130,7 +130,7 @@ pub async fn run(
 }
 
 fn print_json(value: &impl serde::Serialize) {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(value).expect("drive reports serialize")
     );
@@ -220,7 +220,7 @@ async fn change(
                 (_, true) => "back in service",
                 (_, false) => "was already in service; nothing changed",
             };
-            println!(
+            outln!(
                 "drive {media} on {server}: {done} (state {})",
                 report.drive.state
             );

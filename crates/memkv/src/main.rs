@@ -3,6 +3,8 @@
 
 #![forbid(unsafe_code)]
 
+#[macro_use]
+mod stdout;
 mod admin;
 mod bench;
 mod cli;
@@ -174,6 +176,6 @@ fn keygen() -> Result<(), Exit> {
     let mut bytes = [0u8; memkv_proto::AUTH_KEY_LEN];
     getrandom::fill(&mut bytes)
         .map_err(|e| Exit::with(exit::FAILURE, format!("no random source: {e}")))?;
-    println!("{}", memkv_proto::AuthKey::from_bytes(bytes).to_hex());
+    outln!("{}", memkv_proto::AuthKey::from_bytes(bytes).to_hex());
     Ok(())
 }

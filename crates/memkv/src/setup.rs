@@ -65,7 +65,7 @@ pub fn run(args: SetupArgs) -> Result<(), Exit> {
     let config_text = config_yaml(&args);
     let set_up = already_one_store(&found, block_size);
     if args.idempotent && set_up && config_matches(&args.config, &config_text) {
-        println!(
+        outln!(
             "memkv setup: {} drive(s) and {} already set up as asked; nothing changed",
             args.drives.len(),
             args.config.display()
@@ -83,13 +83,13 @@ pub fn run(args: SetupArgs) -> Result<(), Exit> {
                     )));
                 }
                 wipe(drive).map_err(|e| fail(format!("{}: wiping: {e}", drive.display())))?;
-                println!("memkv setup: {}: overwrote {what}", drive.display());
+                outln!("memkv setup: {}: overwrote {what}", drive.display());
             }
         }
         format(&args.drives, block_size).map_err(fail)?;
     }
     write_config(&args, &config_text)?;
-    println!(
+    outln!(
         "memkv setup: {} drive(s) {} as one direct-mode store ({} extents); config in {}",
         args.drives.len(),
         if keep_store { "kept" } else { "formatted" },

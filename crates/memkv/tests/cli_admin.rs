@@ -52,6 +52,22 @@ async fn admin_status_json_is_an_array_with_one_object_per_server() {
     server.shutdown().await.unwrap();
 }
 
+/// A reader that has gone (`memkv ... | head -1`) ends the output quietly: no panic, success.
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_memkv"))
+        .arg("keygen")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{:?}: {stderr}", o.status);
+    assert!(stderr.is_empty(), "{stderr}");
+}
+
 #[test]
 fn keygen_version_and_usage() {
     let o = Command::new(env!("CARGO_BIN_EXE_memkv"))

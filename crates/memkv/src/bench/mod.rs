@@ -194,9 +194,9 @@ fn run_memcpy(args: &BenchArgs) -> Result<(), Exit> {
         .map(|&size| memcpy::measure(size, time))
         .collect();
     if args.json {
-        println!("{}", memcpy::json(&rows));
+        outln!("{}", memcpy::json(&rows));
     } else {
-        print!("{}", memcpy::table(&rows));
+        out!("{}", memcpy::table(&rows));
     }
     Ok(())
 }
@@ -267,8 +267,8 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         payload_mac: config_payload_mac,
     };
     if !args.json {
-        println!("{}", report::heading(&setup));
-        println!("{}", report::table_header());
+        outln!("{}", report::heading(&setup));
+        outln!("{}", report::table_header());
     }
     let target = Target::Memkv(client.clone());
     let result = sweep(&target, &args, stop, &setup).await;
@@ -283,7 +283,7 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         let mut doc = report::json(&setup, &rows);
         doc["transport_used"] = used.into();
         doc["registered"] = args.registered.into();
-        println!("{doc}");
+        outln!("{doc}");
     }
     Ok(())
 }
@@ -305,12 +305,12 @@ async fn bench_redis(addr: String, args: BenchArgs) -> Result<(), Exit> {
         payload_mac: false,
     };
     if !args.json {
-        println!("{}", report::heading(&setup));
-        println!("{}", report::table_header());
+        outln!("{}", report::heading(&setup));
+        outln!("{}", report::table_header());
     }
     let rows = sweep(&Target::Redis(addr), &args, stop, &setup).await?;
     if args.json {
-        println!("{}", report::json(&setup, &rows));
+        outln!("{}", report::json(&setup, &rows));
     }
     Ok(())
 }
@@ -370,7 +370,7 @@ async fn sweep(
         };
         workload::clear(client, &plan).await.map_err(failed)?;
         if !args.json {
-            println!("{}", report::table_row(setup.op, &row));
+            outln!("{}", report::table_row(setup.op, &row));
         }
         rows.push(row);
     }

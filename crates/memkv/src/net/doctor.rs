@@ -65,7 +65,7 @@ pub fn run(args: DoctorArgs, deadline: Duration) -> Result<(), Exit> {
         }
     }
     .map_err(|e| Exit::with(e.exit_code(), e.to_string()))?;
-    print!(
+    out!(
         "{}",
         if args.json {
             report.json()

@@ -21,9 +21,9 @@ pub fn show(device: Option<String>, port: Option<u8>, json: bool) -> Result<(), 
     match net_show_system(&config, &filter) {
         Ok(show) => {
             let text = if json { show.json() } else { show.text() };
-            print!("{text}");
+            out!("{text}");
             if !text.ends_with('\n') {
-                println!();
+                outln!();
             }
             match show.exit_code() {
                 0 => Ok(()),
@@ -68,8 +68,8 @@ pub async fn verify(args: VerifyArgs) -> Result<(), Exit> {
         .ping(&args.server)
         .await
         .map_err(|e| failed(exit::for_error(&e), e))?;
-    println!("server            : {}", args.server);
-    println!(
+    outln!("server            : {}", args.server);
+    outln!(
         "authenticated     : yes (round trip {:.2} ms)",
         rtt.as_secs_f64() * 1e3
     );
@@ -115,7 +115,7 @@ pub async fn verify(args: VerifyArgs) -> Result<(), Exit> {
                 .unwrap_or_else(|| "unknown".into())
         ),
     };
-    println!("transport         : {transport}");
+    outln!("transport         : {transport}");
     match back {
         Some(bytes) if bytes == block => {}
         Some(_) => {
@@ -137,7 +137,7 @@ pub async fn verify(args: VerifyArgs) -> Result<(), Exit> {
             format!("RDMA required but not used: {transport}"),
         ));
     }
-    println!(
+    outln!(
         "VERIFIED {} bytes over {}: write {:.2} ms, read {:.2} ms",
         args.size,
         qp_transport,
