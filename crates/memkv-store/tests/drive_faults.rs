@@ -7,6 +7,8 @@
 //! The whole-drive failure is made for real: the drive file is truncated under the running
 //! store (a test double for a drive that vanished), so its reads come back short. Bad sectors
 //! come from the simulated drive of tests/common/fault_drive.rs, failing chosen byte ranges.
+//! Writes that fail for real on a direct-mode drive come from its file made immutable under
+//! the running store.
 
 mod common;
 
@@ -292,4 +294,88 @@ fn check_across_restart(store: Store, drives: &[Arc<FaultDrive>], check: impl Fn
     drop(store);
     let (store, _) = open_simulated(images);
     check(&store);
+}
+
+/// A put filled in place whose write fails on the drive is answered with the error, and the
+/// store goes on: its group commit is not left waiting for bytes that will never land. The
+/// failure is real: the second drive file is made immutable (`chattr +i`) while the store holds
+/// it open, so the kernel refuses its O_DIRECT writes with EPERM (the first drive, which holds
+/// the journal, keeps working). Needs root and a filesystem with the immutable flag; elsewhere
+/// the test says it was skipped.
+#[test]
+fn a_failed_write_of_a_put_in_place_fails_that_put_alone() {
+    let dir = TempDir::on_disk("in-place-write-fails");
+    let config = direct_config(&dir, 2, 32 << 20, 1 << 20);
+    let second = dir.path().join("drive1");
+    let store = Arc::new(Store::open(config).unwrap());
+    store.put(b"before", b"kept").unwrap();
+    let chattr = |flag: &str| {
+        std::process::Command::new("chattr")
+            .arg(flag)
+            .arg(&second)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !chattr("+i") {
+        eprintln!("skipped: chattr +i is not available here (needs root and ext4 or the like)");
+        return;
+    }
+    let value = vec![7u8; 300_000];
+    // Extents go to the drives in turn: of two puts, one lands on the immutable drive.
+    let outcomes: Vec<Option<memkv_store::Result<()>>> = [b"first", b"other"]
+        .into_iter()
+        .map(|key| put_in_place_within(&store, key, &value, std::time::Duration::from_secs(20)))
+        .collect();
+    assert!(chattr("-i"), "chattr -i failed: remove the flag by hand");
+    let outcomes: Vec<memkv_store::Result<()>> = outcomes
+        .into_iter()
+        .map(|o| o.expect("a put whose write failed never returned"))
+        .collect();
+    assert_eq!(
+        outcomes.iter().filter(|o| o.is_err()).count(),
+        1,
+        "{outcomes:?}"
+    );
+    for (key, outcome) in [b"first", b"other"].iter().zip(&outcomes) {
+        let got = store.get(*key).unwrap();
+        match outcome {
+            Ok(()) => assert!(*got.unwrap() == value[..]),
+            Err(_) => assert!(got.is_none(), "a refused put is not served"),
+        }
+    }
+    assert!(*store.get(b"before").unwrap().unwrap() == b"kept"[..]);
+    // The store still takes puts on both drives.
+    for i in 0..4 {
+        let key = format!("after{i}");
+        store.put(key.as_bytes(), &value).unwrap();
+        assert!(*store.get(key.as_bytes()).unwrap().unwrap() == value[..]);
+    }
+}
+
+/// Puts `value` under `key` through the in-place path on a thread; `None` when it has not
+/// returned within `limit` (a hang).
+fn put_in_place_within(
+    store: &Arc<Store>,
+    key: &[u8],
+    value: &[u8],
+    limit: std::time::Duration,
+) -> Option<memkv_store::Result<()>> {
+    let (store, key, value) = (Arc::clone(store), key.to_vec(), value.to_vec());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let checksum = xxhash_rust::xxh3::xxh3_64(&value);
+        let mut fill = store
+            .put_in_place(&key, value.len() as u64)
+            .unwrap()
+            .expect("a fresh store has room and buffers");
+        let mut at = 0;
+        while let Some(piece) = fill.next_piece() {
+            let n = piece.len();
+            piece.copy_from_slice(&value[at..at + n]);
+            at += n;
+            fill.piece_filled();
+        }
+        let _ = tx.send(fill.commit(checksum));
+    });
+    rx.recv_timeout(limit).ok()
 }

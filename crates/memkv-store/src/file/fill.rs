@@ -157,8 +157,12 @@ impl FileBackend {
                 guard.landed();
                 Ok(())
             }
-            // The dropped guard tells the group commit the bytes did not land.
-            Err(e) => Err(self.count_write_error(e)),
+            // Dropping the guard tells the group commit the bytes did not land. It must go
+            // before we wait for our ticket: a leader (we, perhaps) waits for those bytes.
+            Err(e) => {
+                drop(guard);
+                Err(self.count_write_error(e))
+            }
         };
         let committed = self.wait_for(ticket);
         landed.and(committed.map(|_| ()))
