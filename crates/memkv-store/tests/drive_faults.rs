@@ -379,3 +379,49 @@ fn put_in_place_within(
     });
     rx.recv_timeout(limit).ok()
 }
+
+/// Gets read into the drive's own buffers (`Store::get_parts`, the path a direct-mode server
+/// sends from) treat a drive that vanished as the usual read does: its values are misses
+/// counted as read errors, never corruption and never wrong bytes, and the other drive's
+/// values are served.
+#[test]
+fn gets_into_the_drives_buffers_miss_the_values_of_a_vanished_drive() {
+    let dir = TempDir::on_disk("leased-gets-vanished");
+    let store = Store::open(direct_config(&dir, 2, 32 << 20, 1 << 20)).unwrap();
+    let value = |i: usize| vec![i as u8 + 1; 300_000];
+    for i in 0..8 {
+        store.put(format!("k{i}").as_bytes(), &value(i)).unwrap();
+    }
+    // Drive 1 keeps its superblock and nothing after it.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("drive1"))
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+    let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+    let (mut found, mut missed) = (0, 0);
+    for (i, got) in store.get_parts_batch(&keys).into_iter().enumerate() {
+        match got.unwrap() {
+            Some(parts) => {
+                assert!(
+                    parts.parts().flatten().copied().eq(value(i)),
+                    "k{i}: wrong bytes"
+                );
+                found += 1;
+            }
+            None => missed += 1,
+        }
+    }
+    assert!(found > 0 && missed > 0, "found {found}, missed {missed}");
+    let stats = store.stats();
+    assert!(
+        stats.per_device[1].read_errors >= missed as u64,
+        "{stats:?}"
+    );
+    assert_eq!(
+        stats.checksum_failures, 0,
+        "a vanished drive is not corruption"
+    );
+}
