@@ -34,13 +34,7 @@ fn run(config: StoreConfig, second_drive: std::path::PathBuf) {
         before.per_device.iter().all(|d| d.online && d.used > 0),
         "{before:?}"
     );
-    // Drive 1 keeps its superblock and nothing after it.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&second_drive)
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
+    vanish(&second_drive);
     let mut found = 0;
     let mut missed = 0;
     for i in 0..24 {
@@ -384,13 +378,7 @@ fn gets_into_the_drives_buffers_miss_the_values_of_a_vanished_drive() {
     for i in 0..8 {
         store.put(format!("k{i}").as_bytes(), &value(i)).unwrap();
     }
-    // Drive 1 keeps its superblock and nothing after it.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.path().join("drive1"))
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
+    vanish(&dir.path().join("drive1"));
     let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
     let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
     let (mut found, mut missed) = (0, 0);
@@ -407,6 +395,17 @@ fn gets_into_the_drives_buffers_miss_the_values_of_a_vanished_drive() {
         }
     }
     assert_misses_of_a_vanished_second_drive(&store.stats(), found, missed);
+}
+
+/// Makes the drive file at `path` vanish under a running store: it keeps its superblock and
+/// nothing after it, so reads past that come back short.
+fn vanish(path: &std::path::Path) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
 }
 
 /// Some values were served and some missed, and every miss is a read error on drive 1: an

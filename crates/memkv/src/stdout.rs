@@ -18,14 +18,8 @@ macro_rules! outln {
 
 pub(crate) fn write(args: fmt::Arguments<'_>, newline: bool) {
     let mut out = io::stdout().lock();
-    let written = out.write_fmt(args).and_then(|()| {
-        if newline {
-            out.write_all(b"\n")
-        } else {
-            Ok(())
-        }
-    });
-    match written {
+    let end: &[u8] = if newline { b"\n" } else { b"" };
+    match out.write_fmt(args).and_then(|()| out.write_all(end)) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => std::process::exit(crate::exit::OK),
         Err(e) => panic!("failed printing to stdout: {e}"),
