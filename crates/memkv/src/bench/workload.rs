@@ -430,7 +430,9 @@ impl Worker {
         }
         Err(Failure::Wrong(format!(
             "key {} is missing although the bench stored it: the server evicted it (the key \
-             space, --keys x size, is larger than the server's memory?)",
+             space, --keys x size, is larger than the server's memory? A file- or direct-mode \
+             server holds each value in whole extents of storage.block_size: fewer --keys, or \
+             a block size nearer the value size)",
             String::from_utf8_lossy(key)
         )))
     }
