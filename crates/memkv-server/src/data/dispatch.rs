@@ -11,6 +11,7 @@ use memkv_store::StoreError;
 use std::time::Duration;
 
 use super::writer::{Body, Outgoing};
+use crate::config::StorageMode;
 use crate::state::Shared;
 
 /// Keys are 1 to 1024 bytes; an empty one is refused (its item, in a batch).
@@ -53,6 +54,28 @@ pub(super) fn lease(ms: u32, default: Duration) -> Duration {
         default
     } else {
         Duration::from_millis(u64::from(ms))
+    }
+}
+
+/// Bytes of values a request's answer holds in the server's memory until it is sent: the
+/// values a drive-backed server reads off its drives for a get (memory-mode answers point
+/// into the arena and hold nothing). Estimated from the index before the read.
+pub fn answer_bytes(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> u64 {
+    if shared.config.storage.mode == StorageMode::Memory {
+        return 0;
+    }
+    let len = |key: &[u8]| shared.store.value_len(key).ok().flatten().unwrap_or(0);
+    match h.opcode {
+        Opcode::TcpGet => len(key),
+        Opcode::BatchGet => match batch::decode_keys(payload, &shared.limits) {
+            Ok(keys) => keys
+                .iter()
+                .map(|k| len(k))
+                .sum::<u64>()
+                .min(shared.limits.max_frame_payload),
+            Err(_) => 0,
+        },
+        _ => 0,
     }
 }
 

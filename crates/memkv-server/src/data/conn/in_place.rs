@@ -23,49 +23,62 @@ pub(super) struct PutFrame<'a> {
 
 /// A put's value is read into the arena and hashed in pieces of this size (fits in L2).
 const HASH_PIECE: usize = 256 << 10;
+/// The scratch buffer a refused put's value is read into, piece by piece, and dropped.
+const DRAIN_PIECE: usize = 64 << 10;
 
 impl Connection {
     /// Reads a TcpPut's value straight to where it is stored when the storage mode allows,
     /// and answers it. `Ok(false)`: nothing of the value was read; read it the usual way.
     pub(super) async fn put_straight(&mut self, put: PutFrame<'_>) -> Result<bool, Closed> {
+        // A MAC over the payload is checked over the whole payload, held in one buffer.
+        if put.header.flags.contains(Flags::PAYLOAD_MAC) {
+            return Ok(false);
+        }
         match self.shared.config.storage.mode {
-            StorageMode::Memory => match self.put_in_place(put).await? {
-                Some(done) => self.send(done).await.map(|()| true),
-                None => Ok(false),
-            },
-            // A MAC over the payload is checked over the whole payload, held in one buffer.
-            StorageMode::Direct if !put.header.flags.contains(Flags::PAYLOAD_MAC) => {
-                self.put_direct_in_place(put).await
-            }
-            _ => Ok(false),
+            StorageMode::Memory => self.put_in_place(put).await,
+            StorageMode::Direct => self.put_direct_in_place(put).await,
+            StorageMode::File => Ok(false),
         }
     }
 
-    /// Memory mode: reads a TcpPut's value straight into its reservation in the arena.
-    /// `Ok(None)` when no reservation could be made; the caller then reads the value normally
-    /// so the store's refusal reaches the client.
-    async fn put_in_place(&mut self, put: PutFrame<'_>) -> Result<Option<Outgoing>, Closed> {
-        let (raw, header, key) = (put.raw, put.header, put.key);
-        let Ok(mut reservation) = self
-            .shared
-            .store
-            .allocate(key, u64::from(header.payload_len))
-        else {
-            return Ok(None);
+    /// Memory mode: verifies a TcpPut from its header and key, then reads its value straight
+    /// into its reservation in the arena. The frame is verified before the reservation is
+    /// made, since making it may evict values: a frame refused for its MAC takes nothing. A
+    /// put whose value never arrives (the client left) has made its room all the same, as it
+    /// would have had it completed; its reservation is given back.
+    async fn put_in_place(&mut self, put: PutFrame<'_>) -> Result<bool, Closed> {
+        let (raw, key) = (put.raw, put.key);
+        let header = match self.opener.verify_before_payload(raw, key) {
+            Ok(h) => h,
+            Err(e) => return self.refuse(raw, e).await.map(|()| true),
+        };
+        let len = header.payload_len as usize;
+        let mut reservation = match self.shared.store.allocate(key, len as u64) {
+            Ok(r) => r,
+            Err(e) => {
+                // The frame is spent (its sequence number verified): the value is read and
+                // dropped, and the store's refusal answers it.
+                let out = Outgoing::error(&header, store_status(&e), &e.to_string());
+                return self.drain_and_answer(len, out, &header, put.started).await;
+            }
         };
         let id = reservation.id();
-        if reservation.as_mut_slice().is_none() {
-            drop(reservation);
-            let _ = self.shared.store.abort(id);
-            return Ok(None);
-        }
         let abort = |shared: &Shared| {
             let _ = shared.store.abort(id);
         };
+        if reservation.as_mut_slice().is_none() {
+            drop(reservation);
+            abort(&self.shared);
+            let out = Outgoing::error(
+                &header,
+                Status::Internal,
+                "a memory store reserved no memory",
+            );
+            return self.drain_and_answer(len, out, &header, put.started).await;
+        }
         let idle = self.idle();
         // In pieces, each hashed as soon as it lands, while it is still in cache: the commit
         // then does not read the whole value a second time.
-        let len = header.payload_len as usize;
         let mut filled = 0;
         while filled < len {
             let end = (filled + HASH_PIECE).min(len);
@@ -78,18 +91,32 @@ impl Connection {
             filled = end;
             reservation.hash_filled(filled);
         }
-        let slice = reservation.as_mut_slice().expect("memory mode");
-        if let Err(e) = self.opener.verify(raw, key, slice, false) {
-            drop(reservation);
-            abort(&self.shared);
-            return self.refuse(raw, e).await.map(|_| None);
-        }
         let out = match self.shared.store.commit(reservation, header.checksum) {
-            Ok(()) => Outgoing::new(header, Status::Ok, Body::Empty),
-            Err(e) => Outgoing::error(header, store_status(&e), &e.to_string()),
+            Ok(()) => Outgoing::new(&header, Status::Ok, Body::Empty),
+            Err(e) => Outgoing::error(&header, store_status(&e), &e.to_string()),
         };
-        record(&self.shared, &self.client.entry, &out, header, put.started);
-        Ok(Some(out))
+        record(&self.shared, &self.client.entry, &out, &header, put.started);
+        self.send(out).await.map(|()| true)
+    }
+
+    /// Reads and drops a verified frame's `len` payload bytes, then sends `out` for it.
+    async fn drain_and_answer(
+        &mut self,
+        len: usize,
+        out: Outgoing,
+        header: &Header,
+        started: Instant,
+    ) -> Result<bool, Closed> {
+        let idle = self.idle();
+        let mut scratch = vec![0u8; len.min(DRAIN_PIECE)];
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(scratch.len());
+            read_exact_within(&mut self.read, &mut scratch[..n], idle).await?;
+            left -= n;
+        }
+        record(&self.shared, &self.client.entry, &out, header, started);
+        self.send(out).await.map(|()| true)
     }
 
     /// Direct mode: verifies a TcpPut from its header and key, then reads its value straight

@@ -261,6 +261,9 @@ impl Connection {
                 }
                 Err(e) => return self.refuse(&raw, e).await,
             }
+            let permit = self
+                .with_answer_budget(permit, units, &header, &key, &payload)
+                .await;
             if header.opcode == Opcode::Connect {
                 let out = super::connect::connect_rdma(
                     &self.shared,
@@ -282,6 +285,32 @@ impl Connection {
             }
             self.dispatch(header, key, payload, permit, started).await?;
         }
+    }
+
+    /// Adds to a request's budget the memory its answer will hold until it is sent (values
+    /// read off the drives for a get), so a client that does not read its answers cannot make
+    /// one connection hold more than `limits.per_connection_inflight_bytes`: the connection
+    /// reads no further request until answers have gone out. Never more than the whole budget
+    /// with what `permit` holds (`taken` units), so one request alone always proceeds.
+    async fn with_answer_budget(
+        &self,
+        mut permit: tokio::sync::OwnedSemaphorePermit,
+        taken: u32,
+        header: &Header,
+        key: &[u8],
+        payload: &[u8],
+    ) -> tokio::sync::OwnedSemaphorePermit {
+        let bytes = super::dispatch::answer_bytes(&self.shared, header, key, payload);
+        let room = self.budget_units.saturating_sub(u64::from(taken));
+        let units = bytes.div_ceil(BUDGET_UNIT).min(room) as u32;
+        if units > 0 {
+            let more = Arc::clone(&self.budget)
+                .acquire_many_owned(units)
+                .await
+                .expect("never closed");
+            permit.merge(more);
+        }
+        permit
     }
 
     async fn dispatch(
