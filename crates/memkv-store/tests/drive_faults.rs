@@ -119,6 +119,47 @@ fn find(drive: &FaultDrive, value: &[u8]) -> Option<u64> {
         .map(|p| (p + (2 << 20)) as u64)
 }
 
+/// A data drive (not the journal's) that dies fails its writes and its syncs alike. Its puts
+/// fail, it goes offline at its error limit, and the store keeps storing on the other drive:
+/// a failed sync of a data drive fails that drive's commits alone, where it used to count as
+/// a failed journal write and turn the whole store read-only.
+#[test]
+fn a_dying_data_drive_fails_its_own_puts_not_the_whole_store() {
+    let (store, drives) = open_simulated(vec![vec![0; SIM_DRIVE_BYTES]; 2]);
+    store.put(b"before", &sim_value(0)).unwrap();
+    drives[1].fail_range(2 << 20..SIM_DRIVE_BYTES as u64, Failing::Writes);
+    drives[1].fail_syncs();
+    let outcomes: Vec<_> = (0..2 * DRIVE_ERROR_LIMIT as usize + 6)
+        .map(|i| store.put(format!("k{i}").as_bytes(), &sim_value(i + 1)))
+        .collect();
+    let stats = store.stats();
+    let stored = outcomes.iter().filter(|o| o.is_ok()).count();
+    assert!(
+        stored > DRIVE_ERROR_LIMIT as usize,
+        "the puts on drive 0 are stored; outcomes: {outcomes:?}\nstats: {stats:?}"
+    );
+    assert!(
+        !stats.per_device[1].online && stats.per_device[0].online,
+        "{stats:?}"
+    );
+    // New puts keep working, on the drive still in service.
+    store.put(b"after", &sim_value(99)).unwrap();
+    // Every stored value reads back and the refused ones are absent, before and after a
+    // restart (their journaled commits were superseded).
+    let stored: Vec<bool> = outcomes.iter().map(Result::is_ok).collect();
+    let check = |store: &Store| {
+        for (i, &ok) in stored.iter().enumerate() {
+            let got = store.get(format!("k{i}").as_bytes()).unwrap();
+            match ok {
+                true => assert!(*got.expect("stored") == sim_value(i + 1)[..], "k{i}"),
+                false => assert!(got.is_none(), "k{i} was refused but is served"),
+            }
+        }
+        assert!(*store.get(b"after").unwrap().unwrap() == sim_value(99)[..]);
+    };
+    check_across_restart(store, &drives, check);
+}
+
 #[test]
 fn a_bad_sector_drops_its_value_and_the_drive_keeps_serving() {
     let (store, drives) = open_simulated(vec![vec![0; SIM_DRIVE_BYTES]; 2]);

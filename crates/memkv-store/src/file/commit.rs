@@ -204,11 +204,9 @@ impl FileBackend {
         let mut overlay: HashMap<&[u8], Option<Entry<FileBlock>>> = HashMap::new();
         let mut records = Vec::new();
         let mut journaled = Vec::with_capacity(batch.len());
-        let mut dirty = BTreeSet::from([0usize]);
         for (_, op) in &batch {
             match op {
                 Op::Commit { entry, .. } => {
-                    dirty.extend(entry.extents.ids.iter().map(|&e| split_extent(e).0));
                     records.push(commit_record(entry));
                     overlay.insert(entry.key(), Some(entry.clone()));
                     journaled.push(true);
@@ -233,16 +231,37 @@ impl FileBackend {
         // The records go out while the batch's bytes may still be in flight; nothing is synced
         // (so nothing is acknowledged) before both have landed.
         let mut written = self.write_records(&records);
-        let landed = wait_for_data(&batch);
+        let mut landed = wait_for_data(&batch);
         if written.is_ok() && landed.contains(&false) {
-            let fixes = self.supersede_unwritten(&batch, &journaled, &landed);
-            written = self
-                .journal
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .append(&fixes, true);
+            written = self.supersede(&batch, &journaled, &landed);
         }
-        if let Err(e) = written.and_then(|()| self.sync_drives(&dirty)) {
+        // The journal's drive and the drives holding bytes that landed. A data drive whose
+        // sync fails lost its part of this batch: those commits fail like unwritten ones (and
+        // are superseded in the journal, synced again), the drive's health counts the error,
+        // and the rest of the batch stands. Only the journal's own failure stops the store.
+        let written = written.and_then(|()| {
+            let failed = self.sync_drives(&dirty_drives(&batch, &landed))?;
+            if failed.is_empty() {
+                return Ok(());
+            }
+            for (drive, e) in &failed {
+                self.health.fail(*drive, self.drives[*drive].path(), e);
+            }
+            let lost = |op: &Op| match op {
+                Op::Commit { entry, .. } => entry
+                    .extents
+                    .ids
+                    .iter()
+                    .any(|&e| failed.iter().any(|(d, _)| *d == split_extent(e).0)),
+                Op::Delete { .. } => false,
+            };
+            for ((_, op), landed) in batch.iter().zip(landed.iter_mut()) {
+                *landed = *landed && !lost(op);
+            }
+            self.supersede(&batch, &journaled, &landed)?;
+            self.drives[0].sync()
+        });
+        if let Err(e) = written {
             self.failed.store(true, Ordering::Release);
             tracing::error!(error = %e, "journal write failed; store is now read-only until reopened");
             let msg = format!("journal write failed: {e}");
@@ -357,20 +376,47 @@ impl FileBackend {
     }
 
     /// One sync per touched drive, all at once: each waits on its own device.
-    fn sync_drives(&self, dirty: &BTreeSet<usize>) -> io::Result<()> {
-        let mut dirty = dirty.iter().map(|&d| &self.drives[d]);
-        let first = dirty.next();
-        std::thread::scope(|s| {
-            let others: Vec<_> = dirty.map(|drive| s.spawn(|| drive.sync())).collect();
-            let mut outcome = first.map_or(Ok(()), |drive| drive.sync());
-            for t in others {
-                let synced = t
+    /// Appends the records that supersede the journaled commits whose bytes did not land.
+    fn supersede(
+        &self,
+        batch: &[(u64, Op)],
+        journaled: &[bool],
+        landed: &[bool],
+    ) -> io::Result<()> {
+        let fixes = self.supersede_unwritten(batch, journaled, landed);
+        self.journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(&fixes, true)
+    }
+
+    /// Syncs `dirty` (drive 0, the journal's, among them) in parallel. A failure of drive 0 is
+    /// the error; the data drives that failed are returned with theirs.
+    fn sync_drives(&self, dirty: &BTreeSet<usize>) -> io::Result<Vec<(usize, io::Error)>> {
+        let synced: Vec<(usize, io::Result<()>)> = std::thread::scope(|s| {
+            let others: Vec<_> = dirty
+                .iter()
+                .filter(|&&d| d != 0)
+                .map(|&d| (d, s.spawn(move || self.drives[d].sync())))
+                .collect();
+            let mut synced = vec![(0, self.drives[0].sync())];
+            for (d, t) in others {
+                let result = t
                     .join()
                     .unwrap_or_else(|_| Err(io::Error::other("sync panicked")));
-                outcome = outcome.and(synced);
+                synced.push((d, result));
             }
-            outcome
-        })
+            synced
+        });
+        let mut failed = Vec::new();
+        for (d, result) in synced {
+            match result {
+                Ok(()) => {}
+                Err(e) if d == 0 => return Err(e),
+                Err(e) => failed.push((d, e)),
+            }
+        }
+        Ok(failed)
     }
 }
 
@@ -382,6 +428,17 @@ pub(super) fn commit_record(entry: &Entry<FileBlock>) -> Record {
         checksum: entry.checksum,
         extents: entry.extents.ids.to_vec(),
     })
+}
+
+/// The drives a batch must sync: the journal's (0) and those holding bytes that landed.
+fn dirty_drives(batch: &[(u64, Op)], landed: &[bool]) -> BTreeSet<usize> {
+    let mut dirty = BTreeSet::from([0usize]);
+    for ((_, op), &landed) in batch.iter().zip(landed) {
+        if let (Op::Commit { entry, .. }, true) = (op, landed) {
+            dirty.extend(entry.extents.ids.iter().map(|&e| split_extent(e).0));
+        }
+    }
+    dirty
 }
 
 /// Waits until the bytes of every commit in `batch` have landed or failed; per op, whether

@@ -85,11 +85,18 @@ impl ExtentAllocator {
     ) -> Option<ExtentSet> {
         let mut lists = self.lock();
         let drives = lists.free.len();
+        // Which drives are in service is read once per count and kept for the taking below: a
+        // drive leaving service in between (removed, or failing on another thread) would
+        // otherwise leave the taking looking, forever and under the lock, for extents counted
+        // on it. A value placed on it just then fails its write, as one placed a moment before.
+        let mut online: Vec<bool>;
         loop {
-            let usable_drives = (0..drives).filter(|&d| usable(d));
-            let (available, out) = usable_drives.fold((0, 0), |(a, o), d| {
-                (a + lists.available(d), o + lists.discarding[d])
-            });
+            online = (0..drives).map(&usable).collect();
+            let (available, out) = (0..drives)
+                .filter(|&d| online[d])
+                .fold((0, 0), |(a, o), d| {
+                    (a + lists.available(d), o + lists.discarding[d])
+                });
             if available >= count {
                 break;
             }
@@ -105,7 +112,7 @@ impl ExtentAllocator {
         let mut d = self.next_drive.fetch_add(1, Ordering::Relaxed) % drives;
         let mut ids = Vec::with_capacity(count);
         while ids.len() < count {
-            if usable(d) {
+            if online[d] {
                 let taken = match lists.free[d].pop() {
                     Some(i) => Some(i),
                     None => lists.pending[d].pop(),
@@ -252,6 +259,32 @@ mod tests {
         drop(rest);
         // Extent 1/3 was in use at construction and never adopted, so it stays taken.
         assert_eq!(a.usage(), vec![(4, 0), (4, 1), (4, 0)]);
+    }
+
+    /// A drive leaving service while an allocation runs (the operator's removal, or its
+    /// error limit reached on another thread), simulated by a `usable` that says yes once and
+    /// no after: the allocation takes what it counted, where it used to look forever, under
+    /// the lock, for extents only that drive had.
+    #[test]
+    fn a_drive_leaving_service_mid_allocation_does_not_stall_it() {
+        let a = ExtentAllocator::new(vec![2, 4], &HashSet::new(), false);
+        // Drive 0 full; kept (never freed) so that a failure here cannot block on the lock.
+        std::mem::forget(a.allocate(2, |d| d == 0).unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let racing = Arc::clone(&a);
+        std::thread::spawn(move || {
+            let asked = std::sync::atomic::AtomicUsize::new(0);
+            let set = racing.allocate(3, |d| {
+                d == 1 && asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0
+            });
+            let _ = tx.send(set.map(|s| s.ids.to_vec()));
+        });
+        let ids = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the allocation returns")
+            .expect("three extents were free on the drive in service when counted");
+        assert!(ids.iter().all(|&id| split_extent(id).0 == 1), "{ids:?}");
+        assert_eq!(ids.len(), 3);
     }
 
     #[test]

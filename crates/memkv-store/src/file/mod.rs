@@ -434,9 +434,13 @@ impl FileBackend {
         Ok(true)
     }
 
+    /// Syncs the drives in service (and the journal's, always): a drive taken out of service
+    /// holds nothing served, and a failed one would fail the flush, and so a clean close.
     pub fn flush(&self) -> Result<()> {
-        for d in &self.drives {
-            d.sync()?;
+        for (i, d) in self.drives.iter().enumerate() {
+            if i == 0 || self.health.online(i) {
+                d.sync()?;
+            }
         }
         Ok(())
     }

@@ -112,6 +112,8 @@ struct Media {
     unsynced: Vec<(usize, SectorWrite)>,
     writes: usize,
     failing: Vec<(Range<u64>, Failing)>,
+    /// Syncs fail with EIO (a dying device fails its flushes as well as its writes).
+    syncs_fail: bool,
     failed_requests: u64,
 }
 
@@ -151,6 +153,7 @@ impl FaultDrive {
                 unsynced: Vec::new(),
                 writes: 0,
                 failing: Vec::new(),
+                syncs_fail: false,
                 failed_requests: 0,
             }),
         })
@@ -158,6 +161,11 @@ impl FaultDrive {
 
     fn media(&self) -> std::sync::MutexGuard<'_, Media> {
         self.media.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes every sync fail with EIO from now on (nothing more becomes durable).
+    pub fn fail_syncs(&self) {
+        self.media().syncs_fail = true;
     }
 
     /// Makes requests of kind `kind` that touch `range` fail with EIO from now on.
@@ -307,6 +315,10 @@ impl DriveIo for FaultDrive {
     fn sync(&self) -> io::Result<()> {
         self.power.step()?;
         let mut m = self.media();
+        if m.syncs_fail {
+            m.failed_requests += 1;
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         let Media {
             durable, unsynced, ..
         } = &mut *m;
