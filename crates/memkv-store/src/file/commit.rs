@@ -232,32 +232,26 @@ impl FileBackend {
         // (so nothing is acknowledged) before both have landed.
         let mut written = self.write_records(&records);
         let mut landed = wait_for_data(&batch);
+        self.unland_out_of_service(&batch, &mut landed);
         if written.is_ok() && landed.contains(&false) {
             written = self.supersede(&batch, &journaled, &landed);
         }
         // The journal's drive and the drives holding bytes that landed. A data drive whose
-        // sync fails lost its part of this batch: those commits fail like unwritten ones (and
-        // are superseded in the journal, synced again), the drive's health counts the error,
-        // and the rest of the batch stands. Only the journal's own failure stops the store.
+        // sync fails goes out of service at once: the kernel may have dropped the writes it
+        // could not flush, and a later sync would then succeed without them, so no commit on
+        // it (in this batch or a later one) is acknowledged. Those commits fail like unwritten
+        // ones (superseded in the journal, synced again) and the rest of the batch stands.
+        // Only the journal's own failure stops the store.
         let written = written.and_then(|()| {
             let failed = self.sync_drives(&dirty_drives(&batch, &landed))?;
             if failed.is_empty() {
                 return Ok(());
             }
             for (drive, e) in &failed {
-                self.health.fail(*drive, self.drives[*drive].path(), e);
+                self.health
+                    .sync_failed(*drive, self.drives[*drive].path(), e);
             }
-            let lost = |op: &Op| match op {
-                Op::Commit { entry, .. } => entry
-                    .extents
-                    .ids
-                    .iter()
-                    .any(|&e| failed.iter().any(|(d, _)| *d == split_extent(e).0)),
-                Op::Delete { .. } => false,
-            };
-            for ((_, op), landed) in batch.iter().zip(landed.iter_mut()) {
-                *landed = *landed && !lost(op);
-            }
+            self.unland_out_of_service(&batch, &mut landed);
             self.supersede(&batch, &journaled, &landed)?;
             self.drives[0].sync()
         });
@@ -376,6 +370,22 @@ impl FileBackend {
     }
 
     /// One sync per touched drive, all at once: each waits on its own device.
+    /// Counts as not landed the commits with bytes on a drive out of service: its writes may
+    /// have been lost unseen (a failed sync), or it is the operator's removed drive.
+    fn unland_out_of_service(&self, batch: &[(u64, Op)], landed: &mut [bool]) {
+        for ((_, op), landed) in batch.iter().zip(landed.iter_mut()) {
+            if let Op::Commit { entry, .. } = op
+                && entry
+                    .extents
+                    .ids
+                    .iter()
+                    .any(|&e| !self.health.online(split_extent(e).0))
+            {
+                *landed = false;
+            }
+        }
+    }
+
     /// Appends the records that supersede the journaled commits whose bytes did not land.
     fn supersede(
         &self,

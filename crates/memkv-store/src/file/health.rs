@@ -56,6 +56,17 @@ impl DriveHealth {
         }
     }
 
+    /// A failed sync of `drive`: out of service at once. The kernel may already have dropped
+    /// the writes it could not flush, and a later sync would then succeed without them, so
+    /// nothing written to the drive before can be taken as durable.
+    pub fn sync_failed(&self, drive: usize, path: &Path, e: &std::io::Error) {
+        self.errors[drive].fetch_add(1, Ordering::AcqRel);
+        self.write_errors[drive].fetch_add(1, Ordering::Relaxed);
+        if !self.failed[drive].swap(true, Ordering::AcqRel) {
+            tracing::error!(drive = %path.display(), error = %e, "drive failed a sync; it is offline until the store reopens or the operator adds it back: writes it had not yet made durable may be lost, so its values read as misses and new values go to the other drives");
+        }
+    }
+
     /// Counts a read of a value on `drive` that could not be served (a failed drive's; a
     /// removed drive's values are missed on purpose and not counted).
     pub fn unreadable(&self, drive: usize) {

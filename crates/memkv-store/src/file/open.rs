@@ -187,8 +187,8 @@ fn classify(probes: &[Probe]) -> Found {
 
 /// Applies replayed records in order. Commits of the final batch (whose sync a crash may have
 /// cut short) count only if their data reads back intact; otherwise the key keeps its previous
-/// value, whose extents were still reserved at the time. Entries whose extents are out of range
-/// or claimed by a later entry are dropped (only a damaged journal could produce them).
+/// value, whose extents were still reserved at the time. Entries whose extents are out of range,
+/// repeated, or claimed by a later entry are dropped (only a damaged journal could produce them).
 fn rebuild(
     records: Vec<(Record, u64)>,
     sealed: bool,
@@ -196,12 +196,15 @@ fn rebuild(
     block_size: u64,
     verify: impl Fn(&CommitRecord) -> bool,
 ) -> Vec<CommitRecord> {
+    // Each extent in range, and named once: an entry naming one twice would hand it out twice
+    // when freed.
     let in_range = |c: &CommitRecord| {
         c.extents.len() == c.len.div_ceil(block_size).max(1) as usize
             && c.extents.iter().all(|&e| {
                 let (d, i) = split_extent(e);
                 totals.get(d).is_some_and(|&n| u64::from(i) < n)
             })
+            && c.extents.iter().collect::<HashSet<_>>().len() == c.extents.len()
     };
     // A sealed journal's final batch was synced before the seal: its bytes are what was
     // acknowledged, and any that fail their checksum now went bad later (a miss when read).
@@ -351,12 +354,45 @@ fn check_formatted(
                 sb.block_size
             )));
         }
-        if sb.data_offset + sb.extents * sb.block_size > d.len() {
+        // Checked arithmetic: the superblock passed its checksum, but its fields are the
+        // drive's word, and every extent and journal offset is derived from them.
+        let end = sb
+            .extents
+            .checked_mul(sb.block_size)
+            .and_then(|bytes| bytes.checked_add(sb.data_offset));
+        if end.is_none_or(|end| end > d.len()) {
             return Err(StoreError::Corrupt(format!(
-                "{name} is {} bytes, smaller than its recorded geometry",
-                d.len()
+                "{name} is {} bytes, smaller than its recorded geometry ({} extents of {} bytes from byte {})",
+                d.len(),
+                sb.extents,
+                sb.block_size,
+                sb.data_offset
             )));
         }
+        if sb.data_offset != first.data_offset {
+            return Err(StoreError::Corrupt(format!(
+                "{name} records its data at byte {}, storage.drives[0] at byte {}",
+                sb.data_offset, first.data_offset
+            )));
+        }
+    }
+    // The journal's two halves lie between drive 0's superblock and its data.
+    let journal_end = first
+        .journal_half_len
+        .checked_mul(2)
+        .and_then(|halves| halves.checked_add(first.journal_offset));
+    if first.journal_offset < SUPERBLOCK_LEN as u64
+        || first.journal_half_len == 0
+        || journal_end.is_none_or(|end| end > first.data_offset)
+    {
+        return Err(StoreError::Corrupt(format!(
+            "storage.drives[0] ({}) records a journal of two {} byte halves at byte {} that does \
+             not fit between its superblock and its data (byte {})",
+            drives[0].path().display(),
+            first.journal_half_len,
+            first.journal_offset,
+            first.data_offset
+        )));
     }
     Ok(())
 }
