@@ -55,27 +55,42 @@ fn value(seed: u64, len: usize) -> Vec<u8> {
 /// FLUSH means for writes sitting in a volatile cache (DirectDrive::sync).
 struct PageCacheDrive {
     name: PathBuf,
-    state: Mutex<(Vec<u8>, Vec<u8>, Vec<(u64, Vec<u8>)>)>,
+    state: Mutex<Pages>,
     fail_next_sync: AtomicBool,
+}
+
+struct Pages {
+    /// What readers see (the page cache over the medium).
+    cached: Vec<u8>,
+    /// What the medium holds: what survives a power loss.
+    durable: Vec<u8>,
+    /// Writes not yet written back, in order.
+    dirty: Vec<(u64, Vec<u8>)>,
 }
 
 impl PageCacheDrive {
     fn new(name: &str, bytes: usize) -> Arc<Self> {
         Arc::new(PageCacheDrive {
             name: name.into(),
-            state: Mutex::new((vec![0; bytes], vec![0; bytes], Vec::new())),
+            state: Mutex::new(Pages {
+                cached: vec![0; bytes],
+                durable: vec![0; bytes],
+                dirty: Vec::new(),
+            }),
             fail_next_sync: AtomicBool::new(false),
         })
     }
 
     /// What survives a power loss now: only what a successful sync wrote back.
     fn durable(&self) -> Vec<u8> {
-        self.state.lock().unwrap().1.clone()
+        self.state.lock().unwrap().durable.clone()
     }
 
     fn find(&self, needle: &[u8]) -> bool {
         let s = self.state.lock().unwrap();
-        s.0[2 << 20..].windows(needle.len()).any(|w| w == needle)
+        s.cached[2 << 20..]
+            .windows(needle.len())
+            .any(|w| w == needle)
     }
 }
 
@@ -83,40 +98,40 @@ impl DriveIo for PageCacheDrive {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         let s = self.state.lock().unwrap();
         let at = offset as usize;
-        if at + buf.len() > s.0.len() {
+        if at + buf.len() > s.cached.len() {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "past the end"));
         }
-        buf.copy_from_slice(&s.0[at..at + buf.len()]);
+        buf.copy_from_slice(&s.cached[at..at + buf.len()]);
         Ok(())
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         let mut s = self.state.lock().unwrap();
         let at = offset as usize;
-        if at + buf.len() > s.0.len() {
+        if at + buf.len() > s.cached.len() {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "past the end"));
         }
-        s.0[at..at + buf.len()].copy_from_slice(buf);
-        s.2.push((offset, buf.to_vec()));
+        s.cached[at..at + buf.len()].copy_from_slice(buf);
+        s.dirty.push((offset, buf.to_vec()));
         Ok(())
     }
 
     fn sync(&self) -> io::Result<()> {
         let mut s = self.state.lock().unwrap();
-        let dirty = std::mem::take(&mut s.2);
+        let dirty = std::mem::take(&mut s.dirty);
         if self.fail_next_sync.swap(false, Ordering::SeqCst) {
             // Writeback failed; the pages are clean now and will not be written again.
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         for (at, bytes) in dirty {
             let at = at as usize;
-            s.1[at..at + bytes.len()].copy_from_slice(&bytes);
+            s.durable[at..at + bytes.len()].copy_from_slice(&bytes);
         }
         Ok(())
     }
 
     fn size(&self) -> u64 {
-        self.state.lock().unwrap().0.len() as u64
+        self.state.lock().unwrap().cached.len() as u64
     }
 
     fn path(&self) -> &Path {
