@@ -197,6 +197,18 @@ impl Client {
         request: Request<'_>,
         sink: Sink,
     ) -> Result<Response> {
+        self.exchange_keeping_sink(index, request, sink).await.0
+    }
+
+    /// [`Self::exchange_to`], giving `sink` back when the call failed before the request
+    /// handed it to a connection's reader (no connection, or the request was never sent).
+    /// A request not sent is retried once on a fresh connection, with the same sink.
+    pub(crate) async fn exchange_keeping_sink(
+        &self,
+        index: usize,
+        request: Request<'_>,
+        sink: Sink,
+    ) -> (Result<Response>, Option<Sink>) {
         let Request {
             op,
             opcode,
@@ -206,17 +218,21 @@ impl Client {
         } = request;
         let pool = &self.inner.pools[index];
         let started = tokio::time::Instant::now();
+        let mut slot = Some(sink);
         let attempt = async {
-            let mut sink = Some(sink);
             let mut retried = false;
             loop {
                 let conn = pool.connection().await?;
-                let result = conn
-                    .call(opcode, key, payload, sum, sink.take().unwrap_or_default())
-                    .await;
-                match result {
+                let sink = slot.take().expect("the sink is back for every try");
+                match conn.call(opcode, key, payload, sum, sink).await {
                     Ok(response) => return Ok(response),
-                    Err(CallError::NotSent(_)) if !retried => retried = true,
+                    Err(CallError::NotSent(e, back)) => {
+                        slot = back;
+                        if retried || slot.is_none() {
+                            return Err(e);
+                        }
+                        retried = true;
+                    }
                     Err(e) => return Err(e.into_error()),
                 }
             }
@@ -235,7 +251,7 @@ impl Client {
             let landed = r.direct.as_ref().and_then(|(_, len)| *len).unwrap_or(0);
             crate::metrics::bytes(sent, r.payload.len() + landed);
         }
-        result
+        (result, slot)
     }
 
     /// `work` under the per-operation deadline.

@@ -23,8 +23,9 @@ impl<D: ReadDestination> AsMut<[u8]> for Lent<'_, D> {
 impl Client {
     /// Reads the value under `key` into the front of `dest`: its length, `None` when the key is
     /// absent, or [`Error::BufferTooSmall`](crate::Error::BufferTooSmall). Over TCP the value is
-    /// read from the socket into `dest` with no copy. `dest` comes back unless the deadline
-    /// passed while the reader still held it.
+    /// read from the socket into `dest` with no copy. `dest` comes back, except when the call
+    /// failed after the request was sent (its deadline, a lost connection, or an answer that
+    /// failed its checks while being read into it).
     pub async fn get_into_destination<D: ReadDestination>(
         &self,
         key: &[u8],
@@ -52,16 +53,26 @@ impl Client {
             payload: &[],
             sum: None,
         };
-        let response = match self
-            .exchange_to(index, request, Sink::Direct(Box::new(dest)))
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => return (Err(e), None),
+        let (response, back) = self
+            .exchange_keeping_sink(index, request, Sink::Direct(Box::new(dest)))
+            .await;
+        let back = || match back {
+            Some(Sink::Direct(boxed)) => Some(unbox::<D>(boxed)),
+            _ => None,
         };
-        let (boxed, landed) = response
-            .direct
-            .expect("the reader returns a request's destination with its answer");
+        let response = match response {
+            Ok(r) => r,
+            Err(e) => return (Err(e), back()),
+        };
+        let Some((boxed, landed)) = response.direct else {
+            return (
+                Err(crate::Error::Disconnected {
+                    server: self.server_name(index).to_owned(),
+                    reason: "an answer came back without its destination".into(),
+                }),
+                back(),
+            );
+        };
         let mut dest = unbox::<D>(boxed);
         let result = match (response.status, landed) {
             (Status::Ok, Some(len)) => Ok(Some(len)),

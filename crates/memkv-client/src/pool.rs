@@ -201,7 +201,19 @@ impl ServerPool {
             payload_mac: self.payload_mac,
             limits: CLIENT_LIMITS,
         };
-        match Connection::open(&dial).await {
+        // A caller's deadline may drop this future mid-handshake (a server that accepts but
+        // never answers): that counts as a failed connect too, or the next caller would dial
+        // again at once instead of getting one fast error.
+        let mut abandoned = AbandonedDial {
+            slot: Some(&mut slot),
+            load,
+            server: &self.server,
+            until_ms: |at| self.millis(at),
+        };
+        let opened = Connection::open(&dial).await;
+        abandoned.slot = None;
+        drop(abandoned);
+        match opened {
             Ok(conn) => {
                 crate::metrics::connected();
                 if slot.backoff.failures > 0 {
@@ -225,6 +237,37 @@ impl ServerPool {
                 Err(err)
             }
         }
+    }
+}
+
+/// Records a failed connect on its slot when dropped armed (the dial was abandoned).
+struct AbandonedDial<'a, F: Fn(Instant) -> u64> {
+    slot: Option<&'a mut Slot>,
+    load: &'a SlotLoad,
+    server: &'a str,
+    until_ms: F,
+}
+
+impl<F: Fn(Instant) -> u64> Drop for AbandonedDial<'_, F> {
+    fn drop(&mut self) {
+        let Some(slot) = self.slot.take() else {
+            return;
+        };
+        let now = Instant::now();
+        slot.backoff.failed(
+            now,
+            Error::Unreachable {
+                server: self.server.to_owned(),
+                source: Arc::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the connection's handshake did not finish within the caller's deadline",
+                )),
+            },
+        );
+        let until = slot.backoff.retry_at.unwrap_or(now);
+        self.load
+            .failing_until_ms
+            .store((self.until_ms)(until), Ordering::Relaxed);
     }
 }
 

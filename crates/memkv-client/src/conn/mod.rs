@@ -61,6 +61,15 @@ pub(crate) enum Sink {
     Direct(BoxedDestination),
 }
 
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sink::Buffer(b) => write!(f, "Sink::Buffer({} bytes)", b.len()),
+            Sink::Direct(_) => f.write_str("Sink::Direct(..)"),
+        }
+    }
+}
+
 impl Default for Sink {
     fn default() -> Self {
         Sink::Buffer(Vec::new())
@@ -70,8 +79,9 @@ impl Default for Sink {
 /// Why a call failed.
 #[derive(Debug)]
 pub(crate) enum CallError {
-    /// Nothing reached the server: the connection was already closed. Safe to retry.
-    NotSent(Error),
+    /// Nothing reached the server: the connection was already closed. Safe to retry, with the
+    /// sink given back (`None` if the connection's closing took it first).
+    NotSent(Error, Option<Sink>),
     /// The request may have reached the server.
     Failed(Error),
 }
@@ -79,7 +89,7 @@ pub(crate) enum CallError {
 impl CallError {
     pub fn into_error(self) -> Error {
         match self {
-            CallError::NotSent(e) | CallError::Failed(e) => e,
+            CallError::NotSent(e, _) | CallError::Failed(e) => e,
         }
     }
 }
@@ -143,7 +153,10 @@ impl Connection {
         let (rx, registration) = self
             .shared
             .register(id, opcode, sink)
-            .map_err(CallError::NotSent)?;
+            .map_err(|(e, sink)| CallError::NotSent(e, Some(sink)))?;
+        // A request that is not sent takes its sink back out of the map (before the closing
+        // connection drains it), for the caller's retry or to return it.
+        let unsent = |e: Error| CallError::NotSent(e, self.shared.take(id).map(|entry| entry.sink));
         // Hash outside the writer lock so other requests are not held up by a large value.
         let sum = sum.unwrap_or_else(|| {
             memkv_proto::coverage::Coverage::of(self.version, opcode, false).checksum_parts(payload)
@@ -153,7 +166,7 @@ impl Connection {
             let mut guard = io::WriteGuard::new(&mut writer, &self.shared);
             let w = guard.writer();
             let Some(half) = w.half.as_mut() else {
-                return Err(CallError::NotSent(self.shared.closed_error()));
+                return Err(unsent(self.shared.closed_error()));
             };
             let mut header = Header::request(opcode, id);
             let head = w.sealer.seal_with_checksum(&mut header, key, payload, sum);
@@ -166,8 +179,9 @@ impl Connection {
                     server: self.shared.server().to_owned(),
                     reason: format!("writing a request: {e}"),
                 };
-                guard.fail(err.clone());
-                return Err(CallError::NotSent(err));
+                let not_sent = unsent(err.clone());
+                guard.fail(err);
+                return Err(not_sent);
             }
             guard.done();
         }

@@ -63,11 +63,11 @@ impl Pending {
         id: u64,
         opcode: Opcode,
         sink: Sink,
-    ) -> Result<(oneshot::Receiver<Reply>, Registration<'_>), Error> {
+    ) -> Result<(oneshot::Receiver<Reply>, Registration<'_>), (Error, Sink)> {
         let (tx, rx) = oneshot::channel();
         let mut state = self.lock();
         if let Some(e) = &state.closed {
-            return Err(e.clone());
+            return Err((e.clone(), sink));
         }
         state.map.insert(id, Entry { opcode, tx, sink });
         Ok((

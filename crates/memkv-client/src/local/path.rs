@@ -111,7 +111,11 @@ fn unavailable(server: &str, reason: &str) -> Error {
 
 impl Client {
     /// Server `index`'s mapped arena, attaching on first use; `Ok(None)`: serve it another
-    /// way. Under `transport: shm` a server that cannot be attached is an error.
+    /// way. Under `transport: shm` a server that cannot be attached is an error. Waiting for
+    /// another caller's attach and attaching keep to this caller's deadline, and a server
+    /// that does not answer in time fails the operation with [`Error::Timeout`] under `auto`
+    /// too: the way around (TCP or RDMA, to the same server) would only wait out a second
+    /// deadline.
     pub(crate) async fn local_arena(&self, index: usize) -> Result<Option<Arc<Attached>>> {
         let Some(local) = &self.inner.local else {
             return Ok(None);
@@ -120,6 +124,24 @@ impl Client {
         if let Some(known) = local.current(index, server)? {
             return Ok(known);
         }
+        let timeout = |after| Error::Timeout {
+            server: server.to_owned(),
+            op: "attach",
+            after,
+        };
+        match tokio::time::timeout(self.timeout, self.attach_once(local, index, server)).await {
+            Ok(Err(Error::Timeout { after, .. })) => Err(timeout(after)),
+            Ok(attached) => attached,
+            Err(_) => Err(timeout(self.timeout)),
+        }
+    }
+
+    async fn attach_once(
+        &self,
+        local: &LocalPath,
+        index: usize,
+        server: &str,
+    ) -> Result<Option<Arc<Attached>>> {
         let _one_at_a_time = local.servers[index].attaching.lock().await;
         if let Some(known) = local.current(index, server)? {
             return Ok(known);
@@ -160,10 +182,10 @@ impl Client {
                     reason: reason.clone(),
                     until: Instant::now() + retry,
                 };
-                if local.strict {
-                    Err(unavailable(server, &reason))
-                } else {
-                    Ok(None)
+                match why {
+                    NotLocal::Failed(e @ Error::Timeout { .. }) => Err(e),
+                    _ if local.strict => Err(unavailable(server, &reason)),
+                    _ => Ok(None),
                 }
             }
         }

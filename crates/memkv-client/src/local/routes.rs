@@ -35,6 +35,7 @@ impl Client {
     /// items of servers that cannot be attached under `shm` get the error in `out`.
     async fn attached_groups<T>(
         &self,
+        op: &'static str,
         owners: &[Option<usize>],
         out: &mut [Option<Result<T>>],
     ) -> Vec<(usize, Arc<Attached>, Vec<usize>)> {
@@ -51,7 +52,8 @@ impl Client {
                     .get_or_insert_with(|| (Arc::clone(at), Vec::new()))
                     .1
                     .push(item),
-                Some(Err(e)) => out[item] = Some(Err(e.clone())),
+                // A timeout while attaching is the caller's operation's.
+                Some(Err(e)) => out[item] = Some(Err(super::values::named(e.clone(), op))),
                 _ => {}
             }
         }
@@ -77,7 +79,7 @@ impl Client {
                     .then(|| self.owner_index(k))
             })
             .collect();
-        let groups = self.attached_groups(&owners, &mut out).await;
+        let groups = self.attached_groups(op, &owners, &mut out).await;
         let done = join_all(groups.iter().map(|(server, at, chosen)| async move {
             let keys: Vec<&[u8]> = chosen.iter().map(|&i| items[i].0.as_ref()).collect();
             let values: Vec<&[u8]> = chosen.iter().map(|&i| items[i].1.as_ref()).collect();
@@ -107,7 +109,7 @@ impl Client {
                 self.check_key(k).is_ok().then(|| self.owner_index(k))
             })
             .collect();
-        let groups = self.attached_groups(&owners, &mut out).await;
+        let groups = self.attached_groups(op, &owners, &mut out).await;
         if groups.is_empty() {
             return out;
         }

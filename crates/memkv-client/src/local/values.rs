@@ -202,7 +202,7 @@ fn copy_out(
 }
 
 /// Timeouts name the caller's operation rather than the inner step's.
-fn named(e: Error, op: &'static str) -> Error {
+pub(super) fn named(e: Error, op: &'static str) -> Error {
     match e {
         Error::Timeout { server, after, .. } => Error::Timeout { server, op, after },
         e => e,
