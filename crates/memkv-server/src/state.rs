@@ -235,12 +235,13 @@ impl StatusSource for Shared {
             other => DriveChangeError::Refused(other.to_string()),
         })?;
         self.sync_store_metrics();
+        // Found as the store found it: by path (`dir//d1` and `dir/d1/` are `dir/d1`).
         let drive = self
             .status()
             .storage
             .devices
             .into_iter()
-            .find(|d| d.media == media)
+            .find(|d| std::path::Path::new(&d.media) == path)
             .unwrap_or_default();
         Ok(DriveChangeReport {
             action: action.as_str().to_owned(),

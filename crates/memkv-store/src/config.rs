@@ -206,7 +206,7 @@ impl StoreConfig {
     }
 }
 
-fn check_block_size(field: &str, size: u64) -> Result<()> {
+pub(crate) fn check_block_size(field: &str, size: u64) -> Result<()> {
     if !size.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&size) {
         return Err(StoreError::BadRequest(format!(
             "{field} {size} must be a power of two between {MIN_BLOCK_SIZE} and {MAX_BLOCK_SIZE}"

@@ -72,10 +72,10 @@ pub use config::{
     DriveConfig, EvictionPolicy, FileReads, MAX_KEY_LEN, StoreConfig, StoreMode,
 };
 pub use error::{Result, StoreError};
-pub use file::DRIVE_ERROR_LIMIT;
 pub use file::LeasedValue;
 pub use file::inspect::{DriveContents, inspect_drive};
 pub use file::io::DriveIo;
+pub use file::{DRIVE_ERROR_LIMIT, check_format};
 pub use reservation::Reservation;
 pub use stats::{DeviceStats, StoreStats};
 pub use store::{DirectPut, Store};

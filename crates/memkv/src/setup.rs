@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 
 use memkv_config::ByteSize;
 use memkv_server::config::ServerConfig;
-use memkv_store::{DriveConfig, DriveContents, Store, StoreConfig, StoreMode, inspect_drive};
+use memkv_store::{
+    DriveConfig, DriveContents, Store, StoreConfig, StoreMode, check_format, inspect_drive,
+};
 
 use crate::exit::{self, Exit};
 
@@ -31,7 +33,7 @@ pub struct SetupArgs {
         required = true
     )]
     pub drives: Vec<PathBuf>,
-    /// Extent size on the drives (storage.block_size): a multiple of 4 KiB.
+    /// Extent size on the drives (storage.block_size): a power of two from 64 KiB to 1 GiB.
     #[arg(long, value_name = "SIZE", default_value = "4 MiB", value_parser = parse_size)]
     pub shard_size: ByteSize,
     /// RDMA device the server uses (rdma.device).
@@ -57,6 +59,9 @@ fn parse_size(text: &str) -> Result<ByteSize, String> {
 pub fn run(args: SetupArgs) -> Result<(), Exit> {
     let fail = |m: String| Exit::with(exit::FAILURE, m);
     let block_size = args.shard_size.bytes();
+    // Everything that can refuse the run is checked before a byte is written: a refusal after
+    // a wipe or a format would leave drives changed and the run failed.
+    let lens = check_drives(&args.drives).map_err(fail)?;
     let found: Vec<DriveContents> = args
         .drives
         .iter()
@@ -73,7 +78,17 @@ pub fn run(args: SetupArgs) -> Result<(), Exit> {
         return Ok(());
     }
     let keep_store = args.idempotent && set_up;
+    refuse_config_change(&args, &config_text)?;
     if !keep_store {
+        // An empty regular file is sized by the store when it formats; the others are checked.
+        let sized: Vec<(PathBuf, u64)> = args
+            .drives
+            .iter()
+            .cloned()
+            .zip(lens)
+            .filter(|(_, len)| *len > 0)
+            .collect();
+        check_format(&sized, block_size).map_err(|e| fail(e.to_string()))?;
         for (drive, contents) in args.drives.iter().zip(&found) {
             if let Some(what) = occupied(contents) {
                 if !args.force {
@@ -96,6 +111,58 @@ pub fn run(args: SetupArgs) -> Result<(), Exit> {
         args.shard_size,
         args.config.display()
     );
+    Ok(())
+}
+
+/// Each drive's length, once each drive is known to be a distinct file or device whose path the
+/// config can name as given. A regular file of length 0 is sized by the store (0 here).
+fn check_drives(drives: &[PathBuf]) -> Result<Vec<u64>, String> {
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let mut seen: Vec<((u64, u64), &PathBuf)> = Vec::new();
+    let mut lens = Vec::new();
+    for d in drives {
+        if d.to_string_lossy().chars().any(char::is_control) {
+            return Err(format!(
+                "{:?}: a drive path with a control character (a newline, a tab) cannot be named in the config; rename or link it",
+                d.display().to_string()
+            ));
+        }
+        let meta = std::fs::metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        // A device is the same device by any path; a file the same file by its inode.
+        let identity = if meta.file_type().is_block_device() {
+            (u64::MAX, meta.rdev())
+        } else {
+            (meta.dev(), meta.ino())
+        };
+        if let Some((_, first)) = seen.iter().find(|(id, _)| *id == identity) {
+            return Err(format!(
+                "{} and {} are the same drive; list each drive once",
+                first.display(),
+                d.display()
+            ));
+        }
+        seen.push((identity, d));
+        let len = std::fs::File::open(d)
+            .and_then(|mut f| f.seek(SeekFrom::End(0)))
+            .map_err(|e| format!("{}: {e}", d.display()))?;
+        lens.push(len);
+    }
+    Ok(lens)
+}
+
+/// The config file is replaced only when it already says this, or with `--force`.
+fn refuse_config_change(args: &SetupArgs, text: &str) -> Result<(), Exit> {
+    let path = &args.config;
+    if path.exists() && !config_matches(path, text) && !args.force {
+        return Err(Exit::with(
+            exit::FAILURE,
+            format!(
+                "refusing to replace {}: it differs from the configuration asked for; --force replaces it",
+                path.display()
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -205,12 +272,7 @@ fn config_matches(path: &Path, text: &str) -> bool {
 fn write_config(args: &SetupArgs, text: &str) -> Result<(), Exit> {
     let fail = |m: String| Exit::with(exit::FAILURE, m);
     let path = &args.config;
-    if path.exists() && !config_matches(path, text) && !args.force {
-        return Err(fail(format!(
-            "refusing to replace {}: it differs from the configuration asked for; --force replaces it",
-            path.display()
-        )));
-    }
+    refuse_config_change(args, text)?;
     // Checked before it is written: what setup writes must be what the server loads.
     let temp = path.with_extension("yaml.new");
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {

@@ -13,7 +13,7 @@ const INSPECTED: usize = 128 << 10;
 /// What a drive holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DriveContents {
-    /// Zeros where a superblock or a filesystem's signature would be.
+    /// Zeros in all of the drive's first 128 KiB (where superblocks and signatures live).
     Blank,
     /// A memkv drive: drive `drive_index` of `drive_count` of store `store_id`.
     Memkv {
@@ -54,8 +54,9 @@ fn classify(head: &[u8]) -> DriveContents {
     if let Some(name) = signature(head) {
         return DriveContents::Foreign(name.to_owned());
     }
-    let first_page = &head[..head.len().min(SUPERBLOCK_LEN)];
-    if first_page.iter().all(|&b| b == 0) {
+    // Anything written there (an md RAID member keeps its first 4 KiB zero, a filesystem
+    // unknown here may too) is something formatting would destroy.
+    if head.iter().all(|&b| b == 0) {
         DriveContents::Blank
     } else {
         DriveContents::Foreign("data that is not a memkv drive".to_owned())
@@ -72,6 +73,9 @@ const SIGNATURES: &[(usize, &[u8], &str)] = &[
     (0, b"LUKS\xba\xbe", "a LUKS encrypted volume"),
     (512, b"EFI PART", "a GPT partition table"),
     (0, b"\x7fELF", "an ELF file"),
+    (4096, &[0xfc, 0x4e, 0x2b, 0xa9], "a Linux md RAID member"),
+    (0, &[0xfc, 0x4e, 0x2b, 0xa9], "a Linux md RAID member"),
+    (512, b"LABELONE", "an LVM physical volume"),
 ];
 
 fn signature(head: &[u8]) -> Option<&'static str> {
@@ -113,10 +117,13 @@ mod tests {
             classify(&mbr),
             DriveContents::Foreign("an MBR partition table".into())
         );
-        assert_eq!(
-            classify(&with(5, b"x")),
-            DriveContents::Foreign("data that is not a memkv drive".into())
-        );
+        for at in [5, 5000, INSPECTED - 1] {
+            assert_eq!(
+                classify(&with(at, b"x")),
+                DriveContents::Foreign("data that is not a memkv drive".into()),
+                "a byte at {at}"
+            );
+        }
         assert!(matches!(
             classify(&with(0, MAGIC)),
             DriveContents::UnreadableMemkv(_)

@@ -35,6 +35,7 @@ pub use health::DRIVE_ERROR_LIMIT;
 pub(crate) use health::DriveHealth;
 use io::ExtentIo;
 use journal::Journal;
+pub use open::check_format;
 
 pub(crate) use fill::FillInPlace;
 pub(crate) use journal::MAX_EXTENTS_PER_VALUE;

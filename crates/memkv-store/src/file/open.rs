@@ -242,13 +242,48 @@ fn rebuild(
     live
 }
 
-fn format(drives: &[Arc<dyn ExtentIo>], block_size: u64) -> Result<Vec<Superblock>> {
-    let total_extents: u64 = drives.iter().map(|d| d.len() / block_size).sum();
+/// Where formatting drives of these lengths puts the data (the journal's halves come first),
+/// or why one of them (`names[i]`) is too small for the metadata and one block.
+fn layout(lens: &[u64], names: &[String], block_size: u64) -> Result<(u64, u64)> {
+    let total_extents: u64 = lens.iter().map(|len| len / block_size).sum();
     let snapshot_max = total_extents * (SNAPSHOT_BYTES_PER_ENTRY + 8);
     let half_len =
         (2 * snapshot_max + 2 * BATCH_BYTES + MAX_BODY as u64 + 4 * PAGE).next_multiple_of(PAGE);
+    let data_offset = (SUPERBLOCK_LEN as u64 + 2 * half_len).next_multiple_of(DATA_ALIGN);
+    for (len, name) in lens.iter().zip(names) {
+        if len.saturating_sub(data_offset) / block_size == 0 {
+            return Err(StoreError::BadRequest(format!(
+                "{name} is {len} bytes; it needs at least {} (metadata + one block)",
+                data_offset + block_size
+            )));
+        }
+    }
+    Ok((half_len, data_offset))
+}
+
+/// Checks, writing nothing, that drives of these lengths can be formatted as one store with
+/// extents of `block_size`: the refusals formatting would give, for a caller that must decide
+/// before it overwrites anything (`memkv setup --force`).
+pub fn check_format(drives: &[(std::path::PathBuf, u64)], block_size: u64) -> Result<()> {
+    crate::config::check_block_size("storage.block_size", block_size)?;
+    let names: Vec<String> = drives
+        .iter()
+        .enumerate()
+        .map(|(i, (path, _))| format!("storage.drives[{i}] ({})", path.display()))
+        .collect();
+    let lens: Vec<u64> = drives.iter().map(|(_, len)| *len).collect();
+    layout(&lens, &names, block_size).map(drop)
+}
+
+fn format(drives: &[Arc<dyn ExtentIo>], block_size: u64) -> Result<Vec<Superblock>> {
+    let lens: Vec<u64> = drives.iter().map(|d| d.len()).collect();
+    let names: Vec<String> = drives
+        .iter()
+        .enumerate()
+        .map(|(i, d)| format!("storage.drives[{i}] ({})", d.path().display()))
+        .collect();
+    let (half_len, data_offset) = layout(&lens, &names, block_size)?;
     let journal_offset = SUPERBLOCK_LEN as u64;
-    let data_offset = (journal_offset + 2 * half_len).next_multiple_of(DATA_ALIGN);
     let seed = format!(
         "{:?}{}{}",
         std::time::SystemTime::now(),
@@ -259,14 +294,6 @@ fn format(drives: &[Arc<dyn ExtentIo>], block_size: u64) -> Result<Vec<Superbloc
     let mut sbs = Vec::new();
     for (i, d) in drives.iter().enumerate() {
         let extents = d.len().saturating_sub(data_offset) / block_size;
-        if extents == 0 {
-            return Err(StoreError::BadRequest(format!(
-                "storage.drives[{i}] ({}) is {} bytes; it needs at least {} (metadata + one block)",
-                d.path().display(),
-                d.len(),
-                data_offset + block_size
-            )));
-        }
         let sb = Superblock {
             version: FORMAT_VERSION,
             flags: FLAG_FORMATTING,
