@@ -170,13 +170,20 @@ enum Found {
 
 fn classify(probes: &[Probe]) -> Found {
     let blank = probes.iter().filter(|p| matches!(p, Probe::Blank)).count();
-    let unfinished = |p: &Probe| match p {
-        Probe::Blank => true,
-        Probe::Formatted(sb) => sb.formatting(),
+    // A format writes drive 0's marked superblock first (and syncs it) and the others after,
+    // so an unfinished one has drive 0 marked and every other drive blank or marked by the same
+    // format. The other drives keep the mark once a format finishes (only drive 0's is
+    // cleared): a marked drive next to a blank drive 0 is another store's, not ours to format.
+    let unfinished = match probes.first() {
+        Some(Probe::Formatted(first)) if first.formatting() => probes.iter().all(|p| match p {
+            Probe::Blank => true,
+            Probe::Formatted(sb) => sb.formatting() && sb.store_id == first.store_id,
+        }),
+        _ => false,
     };
     if blank == probes.len() {
         Found::Blank
-    } else if probes.first().is_some_and(unfinished) && probes.iter().all(unfinished) {
+    } else if unfinished {
         Found::UnfinishedFormat
     } else if blank == 0 {
         Found::Store
@@ -494,10 +501,19 @@ mod tests {
         use Probe::Blank;
         let (marked, done) = (|| formatted(FLAG_FORMATTING), || formatted(0));
         assert_eq!(classify(&[Blank, Blank]), Found::Blank);
-        // Cut before any superblock, between them, or before drive 0's finishing write.
+        // Cut between the superblocks (drive 0's is written and synced first) or before drive
+        // 0's finishing write.
         assert_eq!(classify(&[marked(), Blank]), Found::UnfinishedFormat);
-        assert_eq!(classify(&[Blank, marked()]), Found::UnfinishedFormat);
         assert_eq!(classify(&[marked(), marked()]), Found::UnfinishedFormat);
+        // A marked drive beside a blank drive 0 is another store's (drives 1 and up keep the
+        // mark after a format finishes): refused, never formatted over. So is one of another
+        // store beside an unfinished drive 0.
+        assert_eq!(classify(&[Blank, marked()]), Found::Mixed { blank: 1 });
+        let mut other = formatted(FLAG_FORMATTING);
+        if let Probe::Formatted(sb) = &mut other {
+            sb.store_id = 2;
+        }
+        assert_eq!(classify(&[marked(), other]), Found::Store);
         // Finished: drive 0 unmarked (the others keep their mark).
         assert_eq!(classify(&[done(), marked()]), Found::Store);
         assert_eq!(classify(&[done(), done()]), Found::Store);

@@ -19,7 +19,8 @@ pub(crate) const MAGIC: &[u8; 8] = b"MEMKVSB\0";
 /// stop at the second copy, whose sequence numbers it has already read).
 pub(crate) const FORMAT_VERSION: u32 = 3;
 /// Set on every drive's superblock until the format has finished, which drive 0's superblock
-/// without it marks; a store whose drive 0 is blank or still has it never held a value.
+/// without it marks; a store whose drive 0 still has it never held a value. The other drives
+/// keep it: a marked drive beside a blank drive 0 is another store's.
 pub(crate) const FLAG_FORMATTING: u32 = 1;
 const ENCODED_LEN: usize = 8 + 4 + 4 + 16 + 4 + 4 + 8 * 7;
 
