@@ -3,50 +3,16 @@
 
 mod common;
 
+use common::scripted::{accept_session, read_request, silent_server};
+
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use memkv_client::{Client, ClientConfig};
-use memkv_proto::{Frame, HEADER_LEN, Header, Limits, ServerHandshake, Session, Status, Step};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-async fn read_raw(s: &mut TcpStream, limits: &Limits) -> ([u8; HEADER_LEN], Header, Vec<u8>) {
-    let mut raw = [0u8; HEADER_LEN];
-    s.read_exact(&mut raw).await.unwrap();
-    let h = Header::decode(&raw, limits).unwrap();
-    let mut body = vec![0u8; h.body_len() as usize];
-    s.read_exact(&mut body).await.unwrap();
-    (raw, h, body)
-}
-
-async fn accept_session(listener: &TcpListener) -> (TcpStream, Session) {
-    let (mut s, _) = listener.accept().await.unwrap();
-    let mut hs = ServerHandshake::new(common::key(), [9; 32], false, Limits::DEFAULT);
-    loop {
-        let (raw, _, body) = read_raw(&mut s, &Limits::DEFAULT).await;
-        let mut bytes = raw.to_vec();
-        bytes.extend_from_slice(&body);
-        let (frame, _) = Frame::decode(&bytes, &Limits::DEFAULT).unwrap();
-        match hs.on_frame(&frame).unwrap() {
-            Step::Send(b) => s.write_all(&b).await.unwrap(),
-            Step::Established { reply, session } => {
-                s.write_all(&reply.unwrap()).await.unwrap();
-                return (s, session);
-            }
-        }
-    }
-}
-
-/// Reads one sealed request: its header and key.
-async fn read_request(s: &mut TcpStream, session: &mut Session) -> (Header, Vec<u8>) {
-    let (raw, h, body) = read_raw(s, &Limits::DEFAULT).await;
-    let key = &body[..usize::from(h.key_len)];
-    let payload = &body[usize::from(h.key_len)..];
-    session.opener.verify(&raw, key, payload, true).unwrap();
-    (h, key.to_vec())
-}
+use memkv_proto::{HEADER_LEN, Header, Status};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
 
 fn tcp_config(addr: &str) -> ClientConfig {
     let mut config = ClientConfig::new([addr.to_string()], common::key());
@@ -163,15 +129,7 @@ async fn a_direct_get_to_an_unreachable_server_gives_the_destination_back() {
 /// TCP.
 #[tokio::test]
 async fn a_hung_same_host_server_fails_the_operation_within_its_deadline() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        loop {
-            let (s, _) = listener.accept().await.unwrap();
-            held.push(s);
-        }
-    });
+    let (addr, _, hold) = silent_server().await;
     let deadline = Duration::from_millis(500);
     let mut config = ClientConfig::new([addr], common::key());
     config.timeout = deadline;
@@ -203,20 +161,8 @@ async fn a_hung_same_host_server_fails_the_operation_within_its_deadline() {
 /// too.
 #[tokio::test]
 async fn a_handshake_that_never_finishes_backs_off_like_a_refused_connect() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&accepted);
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        loop {
-            let (s, _) = listener.accept().await.unwrap();
-            counted.fetch_add(1, Ordering::SeqCst);
-            held.push(s);
-        }
-    });
+    use std::sync::atomic::Ordering;
+    let (addr, accepted, hold) = silent_server().await;
     let mut config = tcp_config(&addr);
     config.timeout = Duration::from_millis(200);
     let c = Client::connect(config).await.unwrap();
@@ -239,15 +185,7 @@ async fn a_handshake_that_never_finishes_backs_off_like_a_refused_connect() {
 /// waits for another caller's (longer) attach keeps to its own deadline.
 #[tokio::test]
 async fn a_short_deadline_is_kept_while_another_caller_attaches() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        loop {
-            let (s, _) = listener.accept().await.unwrap();
-            held.push(s);
-        }
-    });
+    let (addr, _, hold) = silent_server().await;
     let mut config = ClientConfig::new([addr], common::key());
     config.timeout = Duration::from_secs(3);
     let patient = Client::connect(config).await.unwrap();

@@ -56,15 +56,7 @@ async fn a_refused_connection_is_unreachable_and_backs_off() {
 
 #[tokio::test]
 async fn a_server_that_never_answers_times_out_within_the_deadline() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        loop {
-            let (s, _) = listener.accept().await.unwrap();
-            held.push(s);
-        }
-    });
+    let (addr, _, hold) = common::scripted::silent_server().await;
     let mut config = ClientConfig::new([addr.clone()], common::key());
     config.timeout = Duration::from_millis(300);
     let c = Client::connect(config).await.unwrap();

@@ -3,51 +3,15 @@
 
 mod common;
 
+use common::scripted::{accept_session, read_raw, read_request};
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use memkv_client::{Client, ClientConfig, Error};
-use memkv_proto::{
-    Frame, HEADER_LEN, Header, Limits, ProtoError, ServerHandshake, Session, Status, Step,
-};
+use memkv_proto::{HEADER_LEN, Header, Limits, ProtoError, Status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-async fn read_raw(s: &mut TcpStream, limits: &Limits) -> ([u8; HEADER_LEN], Header, Vec<u8>) {
-    let mut raw = [0u8; HEADER_LEN];
-    s.read_exact(&mut raw).await.unwrap();
-    let h = Header::decode(&raw, limits).unwrap();
-    let mut body = vec![0u8; h.body_len() as usize];
-    s.read_exact(&mut body).await.unwrap();
-    (raw, h, body)
-}
-
-async fn accept_session(listener: &TcpListener) -> (TcpStream, Session) {
-    let (mut s, _) = listener.accept().await.unwrap();
-    let mut hs = ServerHandshake::new(common::key(), [9; 32], false, Limits::DEFAULT);
-    loop {
-        let (raw, _, body) = read_raw(&mut s, &Limits::DEFAULT).await;
-        let mut bytes = raw.to_vec();
-        bytes.extend_from_slice(&body);
-        let (frame, _) = Frame::decode(&bytes, &Limits::DEFAULT).unwrap();
-        match hs.on_frame(&frame).unwrap() {
-            Step::Send(b) => s.write_all(&b).await.unwrap(),
-            Step::Established { reply, session } => {
-                s.write_all(&reply.unwrap()).await.unwrap();
-                return (s, session);
-            }
-        }
-    }
-}
-
-/// Reads one sealed request: its header and key.
-async fn read_request(s: &mut TcpStream, session: &mut Session) -> (Header, Vec<u8>) {
-    let (raw, h, body) = read_raw(s, &Limits::DEFAULT).await;
-    let key = &body[..usize::from(h.key_len)];
-    let payload = &body[usize::from(h.key_len)..];
-    session.opener.verify(&raw, key, payload, true).unwrap();
-    (h, key.to_vec())
-}
+use tokio::net::TcpListener;
 
 async fn client_for(addr: SocketAddr) -> Client {
     let mut config = ClientConfig::new([addr.to_string()], common::key());

@@ -1,7 +1,10 @@
 //! Admin API over real loopback sockets, with a test-double StatusSource.
 
+mod support;
+
+use support::fixture;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -346,12 +349,6 @@ async fn bind_error_names_the_address() {
     assert!(error.contains(&address.to_string()), "{error}");
 }
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
 fn fixture_tls() -> TlsFiles {
     TlsFiles {
         cert: fixture("test-only-cert.pem"),
@@ -361,28 +358,9 @@ fn fixture_tls() -> TlsFiles {
 
 /// HTTPS GET with a blocking rustls client that trusts only the test-only certificate.
 fn https_get(address: SocketAddr, path: &str) -> Reply {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, ServerName};
     use std::io::{Read, Write};
 
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_file(fixture("test-only-cert.pem")).unwrap())
-        .unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let name = ServerName::try_from("localhost").unwrap();
-    let connection = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-    let socket = std::net::TcpStream::connect(address).unwrap();
-    socket
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut stream = rustls::StreamOwned::new(connection, socket);
+    let mut stream = support::tls_stream(address);
     stream.write_all(request(path).as_bytes()).unwrap();
     let mut raw = Vec::new();
     match stream.read_to_end(&mut raw) {

@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod support;
+
 use memkv_proto::AuthKey;
 use memkv_proto::admin_auth::sign_admin_request;
 use memkv_server::Server;
@@ -222,15 +224,8 @@ async fn support_get(admin: SocketAddr, path: &str) -> (u16, String) {
 /// same signature again 401.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signed_drive_changes_over_https_are_checked_like_http() {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, ServerName};
-    use std::sync::Arc;
+    use support::fixture;
 
-    let fixture = |n: &str| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures")
-            .join(n)
-    };
     let dir = scratch("https");
     let paths: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("d{i}"))).collect();
     let mut yaml = format!(
@@ -248,24 +243,10 @@ async fn signed_drive_changes_over_https_are_checked_like_http() {
         .await
         .unwrap();
     let admin = server.admin_addr();
-    let cert = fixture("test-only-cert.pem");
     let body = serde_json::json!({ "media": paths[1].display().to_string() }).to_string();
     blocking(move || {
         let https_post = |auth: Option<&str>| -> (u16, String) {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add(CertificateDer::from_pem_file(&cert).unwrap()).unwrap();
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let mut config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            let name = ServerName::try_from("localhost").unwrap();
-            let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-            let socket = std::net::TcpStream::connect(admin).unwrap();
-            socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            let mut s = rustls::StreamOwned::new(conn, socket);
+            let mut s = support::tls_stream(admin);
             let auth = auth.map_or(String::new(), |a| format!("x-memkv-auth: {a}\r\n"));
             write!(
                 s,

@@ -14,11 +14,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::fault_drive::{Failing, FaultDrive, Power};
+use common::fault_drive::{Failing, FaultDrive, sim_drives};
 use common::rng::Rng;
 use common::{TempDir, direct_config, file_config};
 use memkv_store::{
-    DRIVE_ERROR_LIMIT, DriveConfig, DriveIo, FileReads, Store, StoreConfig, StoreMode, StoreStats,
+    DRIVE_ERROR_LIMIT, DriveConfig, FileReads, Store, StoreConfig, StoreMode, StoreStats,
 };
 
 fn run(config: StoreConfig, second_drive: std::path::PathBuf) {
@@ -78,12 +78,7 @@ const SIM_DRIVE_BYTES: usize = (2 << 20) + 24 * BLOCK as usize;
 
 /// A direct-mode store on two simulated drives holding `images` (blank ones are formatted).
 fn open_simulated(images: Vec<Vec<u8>>) -> (Store, Vec<Arc<FaultDrive>>) {
-    let power = Power::cut_at(u64::MAX);
-    let drives: Vec<Arc<FaultDrive>> = images
-        .into_iter()
-        .enumerate()
-        .map(|(i, img)| FaultDrive::new(&format!("sim-drive-{i}"), img, 4096, Arc::clone(&power)))
-        .collect();
+    let (drives, io) = sim_drives(images);
     let mut config = StoreConfig::direct(
         (0..drives.len())
             .map(|i| DriveConfig {
@@ -95,10 +90,6 @@ fn open_simulated(images: Vec<Vec<u8>>) -> (Store, Vec<Arc<FaultDrive>>) {
     if let StoreMode::Direct { block_size, .. } = &mut config.mode {
         *block_size = BLOCK;
     }
-    let io = drives
-        .iter()
-        .map(|d| Arc::clone(d) as Arc<dyn DriveIo>)
-        .collect();
     (Store::open_on_drives(config, io).unwrap(), drives)
 }
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::fault_drive::{FaultDrive, Power};
+use common::fault_drive::sim_drives;
 use memkv_store::{DriveConfig, DriveIo, Store, StoreConfig, StoreMode};
 
 const BLOCK: u64 = 64 << 10;
@@ -179,16 +179,7 @@ fn a_commit_acknowledged_after_its_drive_failed_a_sync_survives_a_power_loss() {
     store.put(b"c", &value(3, len)).unwrap();
     // Power loss: what the drives hold durably.
     drop(store);
-    let images = [d0.durable(), d1.durable()];
-    let power = Power::cut_at(u64::MAX);
-    let drives: Vec<Arc<dyn DriveIo>> = images
-        .into_iter()
-        .enumerate()
-        .map(|(i, img)| {
-            FaultDrive::new(&format!("sim-drive-{i}"), img, 4096, Arc::clone(&power))
-                as Arc<dyn DriveIo>
-        })
-        .collect();
+    let (_, drives) = sim_drives(vec![d0.durable(), d1.durable()]);
     let store = open_on(&drives).unwrap();
     assert!(*store.get(b"c").unwrap().unwrap() == value(3, len)[..]);
     assert!(*store.get(b"pad").unwrap().unwrap() == value(1, len)[..]);
@@ -205,21 +196,7 @@ const SB_SUM: usize = 88;
 
 /// Images of a freshly formatted two-drive store holding one value, cleanly closed.
 fn formatted_images() -> Vec<Vec<u8>> {
-    let power = Power::cut_at(u64::MAX);
-    let drives: Vec<Arc<FaultDrive>> = (0..2)
-        .map(|i| {
-            FaultDrive::new(
-                &format!("sim-drive-{i}"),
-                vec![0; DRIVE_BYTES],
-                4096,
-                Arc::clone(&power),
-            )
-        })
-        .collect();
-    let io: Vec<Arc<dyn DriveIo>> = drives
-        .iter()
-        .map(|d| Arc::clone(d) as Arc<dyn DriveIo>)
-        .collect();
+    let (drives, io) = sim_drives(vec![vec![0; DRIVE_BYTES]; 2]);
     let store = open_on(&io).unwrap();
     store.put(b"k", &value(5, 1000)).unwrap();
     store.close().unwrap();
@@ -254,15 +231,7 @@ fn an_intact_superblock_with_impossible_geometry_is_refused_not_a_panic() {
     for (what, drive, field, v) in cases {
         let mut images = base.clone();
         set_sb_field(&mut images[drive], field, v);
-        let power = Power::cut_at(u64::MAX);
-        let drives: Vec<Arc<dyn DriveIo>> = images
-            .into_iter()
-            .enumerate()
-            .map(|(i, img)| {
-                FaultDrive::new(&format!("sim-drive-{i}"), img, 4096, Arc::clone(&power))
-                    as Arc<dyn DriveIo>
-            })
-            .collect();
+        let (_, drives) = sim_drives(images);
         let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             open_on(&drives).map(|_| ())
         }));
@@ -285,27 +254,13 @@ fn an_intact_superblock_with_impossible_geometry_is_refused_not_a_panic() {
 // ---------------------------------------------------------------------------------------------
 // A journal record naming one extent twice (open.rs, rebuild).
 
-fn fault_drives(images: Vec<Vec<u8>>) -> (Vec<Arc<FaultDrive>>, Vec<Arc<dyn DriveIo>>) {
-    let power = Power::cut_at(u64::MAX);
-    let drives: Vec<Arc<FaultDrive>> = images
-        .into_iter()
-        .enumerate()
-        .map(|(i, img)| FaultDrive::new(&format!("sim-drive-{i}"), img, 4096, Arc::clone(&power)))
-        .collect();
-    let io = drives
-        .iter()
-        .map(|d| Arc::clone(d) as Arc<dyn DriveIo>)
-        .collect();
-    (drives, io)
-}
-
 /// rebuild drops entries whose extents a newer entry claims, but not an entry that names the
 /// same extent twice itself (an intact record from a buggy or hostile writer). The extent is
 /// then adopted twice, freed twice when the value goes, and handed to two new values: an
 /// acknowledged put's bytes are overwritten by another's.
 #[test]
 fn a_record_naming_one_extent_twice_never_gives_that_extent_to_two_values() {
-    let (drives, io) = fault_drives(vec![vec![0; DRIVE_BYTES]; 2]);
+    let (drives, io) = sim_drives(vec![vec![0; DRIVE_BYTES]; 2]);
     let store = open_on(&io).unwrap();
     let key = b"dup-extent-key";
     // Two extents, one per drive.
@@ -336,7 +291,7 @@ fn a_record_naming_one_extent_twice_never_gives_that_extent_to_two_values() {
         patched += 1;
     }
     assert!(patched >= 1, "the key's record was found in the journal");
-    let (_drives, io) = fault_drives(images);
+    let (_drives, io) = sim_drives(images);
     let mut cfg = config(2);
     cfg.eviction = memkv_store::EvictionPolicy::None;
     let store = Store::open_on_drives(cfg, io).unwrap();

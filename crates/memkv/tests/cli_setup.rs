@@ -2,46 +2,13 @@
 //! from; refuses a drive holding a filesystem (a test double: ext4's magic number at its
 //! offset) until `--force`; `--idempotent` changes nothing the second time.
 
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::os::unix::fs::FileExt;
+
+use common::drive_files::{drive, scratch, setup, text};
 use memkv_server::Server;
 use memkv_server::config::ServerConfig;
-
-/// Drive files on a disk filesystem (O_DIRECT: not tmpfs).
-fn scratch(tag: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("setup-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn drive(dir: &Path, name: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::File::create(&p)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
-    p
-}
-
-fn setup(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memkv"))
-        .arg("setup")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 #[tokio::test]
 async fn formats_refuses_forces_and_is_idempotent() {

@@ -1,64 +1,22 @@
 //! `memkv setup` refuses before it writes: drives it would destroy, arguments the store would
 //! refuse, a config it may not replace, and paths the config could not name.
 
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-/// Drive files on a disk filesystem (O_DIRECT: not tmpfs).
-fn scratch(tag: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("setup-refusals-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use common::drive_files::{drive, memkv_superblock, peek, poke, scratch, setup, text};
 
-fn drive(dir: &Path, name: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::File::create(&p)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
-    p
-}
-
-fn poke(path: &Path, at: u64, bytes: &[u8]) {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .unwrap()
-        .write_all_at(bytes, at)
-        .unwrap();
-}
-
-fn peek(path: &Path, at: u64, len: usize) -> Vec<u8> {
-    let mut buf = vec![0; len];
-    std::fs::File::open(path)
-        .unwrap()
-        .read_exact_at(&mut buf, at)
-        .unwrap();
-    buf
-}
-
-fn setup(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_memkv"))
-        .arg("setup")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn memkv_superblock(path: &Path) -> bool {
-    peek(path, 0, 8) == b"MEMKVSB\0"
+/// `memkv setup --drives DRIVES --shard-size 1MiB --config CONFIG EXTRA...`.
+fn setup_1mib(drives: &str, config: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "--drives",
+        drives,
+        "--shard-size",
+        "1MiB",
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    setup(&args)
 }
 
 /// A Linux md RAID member (metadata 1.2) keeps its superblock 4 KiB into the device and
@@ -71,14 +29,7 @@ fn md_raid_member_is_refused_without_force() {
     // md superblock 1.x magic 0xa92b4efc (little-endian), major_version 1, at 4096.
     poke(&d0, 4096, &[0xfc, 0x4e, 0x2b, 0xa9, 1, 0, 0, 0]);
     let config = dir.join("config.yaml");
-    let o = setup(&[
-        "--drives",
-        d0.to_str().unwrap(),
-        "--shard-size",
-        "1MiB",
-        "--config",
-        config.to_str().unwrap(),
-    ]);
+    let o = setup_1mib(d0.to_str().unwrap(), &config, &[]);
     let formatted = memkv_superblock(&d0);
     assert!(
         o.status.code() == Some(1) && !formatted,
@@ -100,14 +51,7 @@ fn same_drive_by_two_paths_is_refused() {
     std::os::unix::fs::symlink(&d0, &alias).unwrap();
     let config = dir.join("config.yaml");
     let drives = format!("{},{}", d0.display(), alias.display());
-    let o = setup(&[
-        "--drives",
-        &drives,
-        "--shard-size",
-        "1MiB",
-        "--config",
-        config.to_str().unwrap(),
-    ]);
+    let o = setup_1mib(&drives, &config, &[]);
     // What the server would meet: the store setup just "formatted" does not open.
     let mut store = memkv_store::StoreConfig::direct(
         [&d0, &alias]
@@ -140,14 +84,7 @@ fn config_refusal_leaves_drives_unformatted() {
     let d0 = drive(&dir, "d0");
     let config = dir.join("config.yaml");
     std::fs::write(&config, "# another server's config\n").unwrap();
-    let o = setup(&[
-        "--drives",
-        d0.to_str().unwrap(),
-        "--shard-size",
-        "1MiB",
-        "--config",
-        config.to_str().unwrap(),
-    ]);
+    let o = setup_1mib(d0.to_str().unwrap(), &config, &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("refusing to replace"), "{}", text(&o));
     assert!(
@@ -158,57 +95,36 @@ fn config_refusal_leaves_drives_unformatted() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A shard size the store refuses (a power of two from 64 KiB to 1 GiB) is refused before
-/// `--force` wipes anything.
+/// A shard size the store refuses (a power of two from 64 KiB to 1 GiB), or one too large for
+/// the drive (the metadata and one shard must fit), is refused before `--force` wipes anything.
 #[test]
-fn rejected_shard_size_does_not_wipe_a_forced_drive() {
-    let dir = scratch("shard");
-    let d0 = drive(&dir, "d0");
-    poke(&d0, 1080, &[0x53, 0xef]);
-    let config = dir.join("config.yaml");
-    let o = setup(&[
-        "--drives",
-        d0.to_str().unwrap(),
-        "--shard-size",
-        "12KiB",
-        "--force",
-        "--config",
-        config.to_str().unwrap(),
-    ]);
-    assert!(!o.status.success(), "{}", text(&o));
-    assert_eq!(
-        peek(&d0, 1080, 2),
-        [0x53, 0xef],
-        "the run failed on its shard size, but the ext4 filesystem was wiped: {}",
-        text(&o)
-    );
-    let _ = std::fs::remove_dir_all(dir);
-}
-
-/// A drive too small for the metadata and one shard is refused before `--force` wipes it.
-#[test]
-fn too_small_drive_is_not_wiped_before_refusal() {
-    let dir = scratch("small");
-    let d0 = drive(&dir, "d0");
-    poke(&d0, 1080, &[0x53, 0xef]);
-    let config = dir.join("config.yaml");
-    let o = setup(&[
-        "--drives",
-        d0.to_str().unwrap(),
-        "--shard-size",
-        "1GiB",
-        "--force",
-        "--config",
-        config.to_str().unwrap(),
-    ]);
-    assert!(!o.status.success(), "{}", text(&o));
-    assert_eq!(
-        peek(&d0, 1080, 2),
-        [0x53, 0xef],
-        "the run failed (drive smaller than a shard), but the ext4 filesystem was wiped: {}",
-        text(&o)
-    );
-    let _ = std::fs::remove_dir_all(dir);
+fn a_refused_shard_size_wipes_nothing_even_with_force() {
+    for (shard, why) in [
+        ("12KiB", "not a power of two"),
+        ("1GiB", "larger than the drive"),
+    ] {
+        let dir = scratch(&format!("shard-{shard}"));
+        let d0 = drive(&dir, "d0");
+        poke(&d0, 1080, &[0x53, 0xef]);
+        let config = dir.join("config.yaml");
+        let o = setup(&[
+            "--drives",
+            d0.to_str().unwrap(),
+            "--shard-size",
+            shard,
+            "--force",
+            "--config",
+            config.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{shard}: {}", text(&o));
+        assert_eq!(
+            peek(&d0, 1080, 2),
+            [0x53, 0xef],
+            "{shard} ({why}) was refused, but the ext4 filesystem was wiped: {}",
+            text(&o)
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// A drive path holding a newline would come back from the config's YAML as another path
@@ -218,14 +134,7 @@ fn config_names_the_drive_that_was_formatted() {
     let dir = scratch("newline");
     let d0 = drive(&dir, "d\n0");
     let config = dir.join("config.yaml");
-    let o = setup(&[
-        "--drives",
-        d0.to_str().unwrap(),
-        "--shard-size",
-        "1MiB",
-        "--config",
-        config.to_str().unwrap(),
-    ]);
+    let o = setup_1mib(d0.to_str().unwrap(), &config, &[]);
     // A newline cannot survive the config's round trip: refused, before anything is written.
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("control character"), "{}", text(&o));

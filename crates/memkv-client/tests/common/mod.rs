@@ -1,6 +1,8 @@
 //! Real servers on loopback for the client's integration tests.
 #![allow(dead_code)] // Each test binary uses a different part.
 
+pub mod scripted;
+
 use std::path::PathBuf;
 use std::time::Duration;
 

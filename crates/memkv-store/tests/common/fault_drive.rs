@@ -337,3 +337,19 @@ impl DriveIo for FaultDrive {
         &self.name
     }
 }
+
+/// Simulated drives `sim-drive-0`, `sim-drive-1`, ... holding `images`, on one power supply
+/// that is never cut; also as the `DriveIo`s a store opens on.
+pub fn sim_drives(images: Vec<Vec<u8>>) -> (Vec<Arc<FaultDrive>>, Vec<Arc<dyn DriveIo>>) {
+    let power = Power::cut_at(u64::MAX);
+    let drives: Vec<Arc<FaultDrive>> = images
+        .into_iter()
+        .enumerate()
+        .map(|(i, img)| FaultDrive::new(&format!("sim-drive-{i}"), img, 4096, Arc::clone(&power)))
+        .collect();
+    let io = drives
+        .iter()
+        .map(|d| Arc::clone(d) as Arc<dyn DriveIo>)
+        .collect();
+    (drives, io)
+}

@@ -1,6 +1,8 @@
 //! Shared helpers of the CLI tests: an in-process server and the built binary.
 #![allow(dead_code)] // Each test binary uses a different part.
 
+pub mod drive_files;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
