@@ -207,8 +207,7 @@ impl ServerPool {
         let mut abandoned = AbandonedDial {
             slot: Some(&mut slot),
             load,
-            server: &self.server,
-            until_ms: |at| self.millis(at),
+            pool: self,
         };
         let opened = Connection::open(&dial).await;
         abandoned.slot = None;
@@ -229,45 +228,42 @@ impl ServerPool {
                 if slot.backoff.failures == 0 {
                     tracing::warn!(server = %self.server, "cannot connect: {err}");
                 }
-                let now = Instant::now();
-                slot.backoff.failed(now, err.clone());
-                let until = slot.backoff.retry_at.unwrap_or(now);
-                load.failing_until_ms
-                    .store(self.millis(until), Ordering::Relaxed);
+                self.connect_failed(&mut slot, load, err.clone());
                 Err(err)
             }
         }
     }
+
+    /// Backs `slot` off after a failed connect, and marks it failing for [`Self::pick`].
+    fn connect_failed(&self, slot: &mut Slot, load: &SlotLoad, err: Error) {
+        let now = Instant::now();
+        slot.backoff.failed(now, err);
+        let until = slot.backoff.retry_at.unwrap_or(now);
+        load.failing_until_ms
+            .store(self.millis(until), Ordering::Relaxed);
+    }
 }
 
 /// Records a failed connect on its slot when dropped armed (the dial was abandoned).
-struct AbandonedDial<'a, F: Fn(Instant) -> u64> {
+struct AbandonedDial<'a> {
     slot: Option<&'a mut Slot>,
     load: &'a SlotLoad,
-    server: &'a str,
-    until_ms: F,
+    pool: &'a ServerPool,
 }
 
-impl<F: Fn(Instant) -> u64> Drop for AbandonedDial<'_, F> {
+impl Drop for AbandonedDial<'_> {
     fn drop(&mut self) {
         let Some(slot) = self.slot.take() else {
             return;
         };
-        let now = Instant::now();
-        slot.backoff.failed(
-            now,
-            Error::Unreachable {
-                server: self.server.to_owned(),
-                source: Arc::new(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the connection's handshake did not finish within the caller's deadline",
-                )),
-            },
-        );
-        let until = slot.backoff.retry_at.unwrap_or(now);
-        self.load
-            .failing_until_ms
-            .store((self.until_ms)(until), Ordering::Relaxed);
+        let err = Error::Unreachable {
+            server: self.pool.server.clone(),
+            source: Arc::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the connection's handshake did not finish within the caller's deadline",
+            )),
+        };
+        self.pool.connect_failed(slot, self.load, err);
     }
 }
 

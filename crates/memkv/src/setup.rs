@@ -272,8 +272,8 @@ fn config_matches(path: &Path, text: &str) -> bool {
 fn write_config(args: &SetupArgs, text: &str) -> Result<(), Exit> {
     let fail = |m: String| Exit::with(exit::FAILURE, m);
     let path = &args.config;
-    refuse_config_change(args, text)?;
-    // Checked before it is written: what setup writes must be what the server loads.
+    // Whether it may be replaced was decided before the drives were touched
+    // (`refuse_config_change`). Checked before it is written: what setup writes must be what the server loads.
     let temp = path.with_extension("yaml.new");
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| fail(format!("{}: {e}", parent.display())))?;

@@ -124,16 +124,16 @@ impl Client {
         if let Some(known) = local.current(index, server)? {
             return Ok(known);
         }
-        let timeout = |after| Error::Timeout {
-            server: server.to_owned(),
-            op: "attach",
-            after,
-        };
-        match tokio::time::timeout(self.timeout, self.attach_once(local, index, server)).await {
-            Ok(Err(Error::Timeout { after, .. })) => Err(timeout(after)),
-            Ok(attached) => attached,
-            Err(_) => Err(timeout(self.timeout)),
-        }
+        // The operation renames the timeout after itself (`local/routes.rs`).
+        tokio::time::timeout(self.timeout, self.attach_once(local, index, server))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Timeout {
+                    server: server.to_owned(),
+                    op: "attach",
+                    after: self.timeout,
+                })
+            })
     }
 
     async fn attach_once(

@@ -6,6 +6,7 @@
 //! formatted drive keeps the geometry recorded in its superblock.
 
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
@@ -250,17 +251,18 @@ fn rebuild(
 }
 
 /// Where formatting drives of these lengths puts the data (the journal's halves come first),
-/// or why one of them (`names[i]`) is too small for the metadata and one block.
-fn layout(lens: &[u64], names: &[String], block_size: u64) -> Result<(u64, u64)> {
-    let total_extents: u64 = lens.iter().map(|len| len / block_size).sum();
+/// or why one of them is too small for the metadata and one block.
+fn layout(drives: &[(&Path, u64)], block_size: u64) -> Result<(u64, u64)> {
+    let total_extents: u64 = drives.iter().map(|(_, len)| len / block_size).sum();
     let snapshot_max = total_extents * (SNAPSHOT_BYTES_PER_ENTRY + 8);
     let half_len =
         (2 * snapshot_max + 2 * BATCH_BYTES + MAX_BODY as u64 + 4 * PAGE).next_multiple_of(PAGE);
     let data_offset = (SUPERBLOCK_LEN as u64 + 2 * half_len).next_multiple_of(DATA_ALIGN);
-    for (len, name) in lens.iter().zip(names) {
+    for (i, (path, len)) in drives.iter().enumerate() {
         if len.saturating_sub(data_offset) / block_size == 0 {
             return Err(StoreError::BadRequest(format!(
-                "{name} is {len} bytes; it needs at least {} (metadata + one block)",
+                "storage.drives[{i}] ({}) is {len} bytes; it needs at least {} (metadata + one block)",
+                path.display(),
                 data_offset + block_size
             )));
         }
@@ -271,25 +273,15 @@ fn layout(lens: &[u64], names: &[String], block_size: u64) -> Result<(u64, u64)>
 /// Checks, writing nothing, that drives of these lengths can be formatted as one store with
 /// extents of `block_size`: the refusals formatting would give, for a caller that must decide
 /// before it overwrites anything (`memkv setup --force`).
-pub fn check_format(drives: &[(std::path::PathBuf, u64)], block_size: u64) -> Result<()> {
+pub fn check_format(drives: &[(PathBuf, u64)], block_size: u64) -> Result<()> {
     crate::config::check_block_size("storage.block_size", block_size)?;
-    let names: Vec<String> = drives
-        .iter()
-        .enumerate()
-        .map(|(i, (path, _))| format!("storage.drives[{i}] ({})", path.display()))
-        .collect();
-    let lens: Vec<u64> = drives.iter().map(|(_, len)| *len).collect();
-    layout(&lens, &names, block_size).map(drop)
+    let drives: Vec<(&Path, u64)> = drives.iter().map(|(p, len)| (p.as_path(), *len)).collect();
+    layout(&drives, block_size).map(drop)
 }
 
 fn format(drives: &[Arc<dyn ExtentIo>], block_size: u64) -> Result<Vec<Superblock>> {
-    let lens: Vec<u64> = drives.iter().map(|d| d.len()).collect();
-    let names: Vec<String> = drives
-        .iter()
-        .enumerate()
-        .map(|(i, d)| format!("storage.drives[{i}] ({})", d.path().display()))
-        .collect();
-    let (half_len, data_offset) = layout(&lens, &names, block_size)?;
+    let sized: Vec<(&Path, u64)> = drives.iter().map(|d| (d.path(), d.len())).collect();
+    let (half_len, data_offset) = layout(&sized, block_size)?;
     let journal_offset = SUPERBLOCK_LEN as u64;
     let seed = format!(
         "{:?}{}{}",
