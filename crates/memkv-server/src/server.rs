@@ -131,8 +131,14 @@ impl Server {
         let mut admin_stop = stopped.clone();
         let admin_task = tokio::spawn(async move {
             let shutdown = async move { self::stopped(&mut admin_stop).await };
-            if let Err(e) =
-                crate::admin::serve_admin(admin_listener, tls, admin_source, shutdown).await
+            if let Err(e) = crate::admin::serve_admin(
+                admin_listener,
+                tls,
+                crate::admin::AdminLimits::default(),
+                admin_source,
+                shutdown,
+            )
+            .await
             {
                 tracing::error!(error = %e, "admin API stopped");
             }

@@ -117,10 +117,18 @@ struct Running {
 }
 
 async fn start(source: Arc<FakeSource>, tls: Option<TlsFiles>) -> Running {
+    start_within(source, tls, AdminLimits::default()).await
+}
+
+async fn start_within(
+    source: Arc<FakeSource>,
+    tls: Option<TlsFiles>,
+    limits: AdminLimits,
+) -> Running {
     let listener = bind_admin("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve_admin(listener, tls, source, async {
+    let task = tokio::spawn(serve_admin(listener, tls, limits, source, async {
         let _ = stopped.await;
     }));
     Running {
@@ -413,6 +421,7 @@ async fn tls_file_errors_name_the_file() {
     let error = serve_admin(
         listener,
         Some(missing),
+        AdminLimits::default(),
         FakeSource::new(),
         std::future::pending(),
     )
@@ -429,4 +438,108 @@ fn half_set_tls_pair_is_refused_by_config() {
     assert_eq!(error.kind, ConfigErrorKind::InvalidValue);
     assert_eq!(error.key.as_deref(), Some("network.tls_cert"));
     assert_eq!(error.line, Some(2));
+}
+
+/// Reads until the server closes `stream` (EOF or a reset); panics if it is still open after
+/// `within`.
+async fn closed_within(stream: &mut TcpStream, within: Duration) {
+    let mut sink = Vec::new();
+    tokio::time::timeout(within, stream.read_to_end(&mut sink))
+        .await
+        .expect("the server closes the connection")
+        .ok();
+}
+
+#[tokio::test]
+async fn connections_beyond_the_limit_are_closed_and_the_admitted_ones_still_answer() {
+    let limits = AdminLimits {
+        max_connections: 4,
+        ..AdminLimits::default()
+    };
+    let server = start_within(FakeSource::new(), None, limits).await;
+    let mut admitted = Vec::new();
+    for _ in 0..4 {
+        let stream = TcpStream::connect(server.address).await.unwrap();
+        admitted.push(stream);
+    }
+    // Accepting is asynchronous: wait until the fifth is turned away, not just queued.
+    let mut fifth = TcpStream::connect(server.address).await.unwrap();
+    closed_within(&mut fifth, Duration::from_secs(5)).await;
+
+    let mut first = admitted.remove(0);
+    first
+        .write_all(request("/v1/health").as_bytes())
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    first.read_to_end(&mut raw).await.unwrap();
+    assert_eq!(parse_reply(&raw).code, 200);
+
+    // That connection closed, so its place is free again.
+    let reply = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let raw = get_raw(server.address, "/v1/health").await;
+            if !raw.is_empty() {
+                return parse_reply(&raw);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a place frees up once an admitted connection closes");
+    assert_eq!(reply.code, 200);
+    drop(admitted);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_head_sent_a_byte_at_a_time_is_cut_off() {
+    let limits = AdminLimits {
+        header_timeout: Duration::from_millis(300),
+        ..AdminLimits::default()
+    };
+    let server = start_within(FakeSource::new(), None, limits).await;
+    let mut stream = TcpStream::connect(server.address).await.unwrap();
+    stream
+        .write_all(b"GET /v1/health HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    let drip = async {
+        // Each header line resets an idle timeout, never the header timeout.
+        for i in 0..50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let line = format!("X-Slow-{i}: y\r\n");
+            if stream.write_all(line.as_bytes()).await.is_err() {
+                return true;
+            }
+        }
+        false
+    };
+    let cut = tokio::time::timeout(Duration::from_secs(4), drip).await;
+    assert!(
+        matches!(cut, Ok(true)),
+        "a head still arriving after 4 s of a 300 ms header timeout was not cut off"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    let limits = AdminLimits {
+        idle_timeout: Duration::from_millis(300),
+        ..AdminLimits::default()
+    };
+    let server = start_within(FakeSource::new(), None, limits).await;
+    // Idle from the start, and idle after a keep-alive request was answered.
+    let mut silent = TcpStream::connect(server.address).await.unwrap();
+    closed_within(&mut silent, Duration::from_secs(3)).await;
+    let mut kept = TcpStream::connect(server.address).await.unwrap();
+    kept.write_all(b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = vec![0; 64];
+    let n = kept.read(&mut answer).await.unwrap();
+    assert!(answer[..n].starts_with(b"HTTP/1.1 200"));
+    closed_within(&mut kept, Duration::from_secs(3)).await;
+    server.stop().await;
 }

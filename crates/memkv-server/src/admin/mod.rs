@@ -7,18 +7,20 @@
 //!
 //! ```no_run
 //! # use std::sync::Arc;
-//! # use memkv_server::admin::{AdminError, StatusSource, bind_admin, serve_admin};
+//! # use memkv_server::admin::{AdminError, AdminLimits, StatusSource, bind_admin, serve_admin};
 //! # use memkv_server::config::ServerConfig;
 //! # async fn start(config: ServerConfig, source: Arc<dyn StatusSource>) -> Result<(), AdminError> {
 //! let listener = bind_admin(config.network.admin_address()).await?;
 //! let shutdown = async {
 //!     let _ = tokio::signal::ctrl_c().await;
 //! };
-//! tokio::spawn(serve_admin(listener, config.network.tls.clone(), source, shutdown));
+//! let tls = config.network.tls.clone();
+//! tokio::spawn(serve_admin(listener, tls, AdminLimits::default(), source, shutdown));
 //! # Ok(())
 //! # }
 //! ```
 
+mod connections;
 mod drives;
 pub mod model;
 mod routes;
@@ -33,6 +35,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 pub use crate::config::TlsFiles;
+pub use connections::AdminLimits;
 pub use model::*;
 pub use routes::router;
 pub use tls::load_tls;
@@ -94,24 +97,19 @@ pub async fn bind_admin(address: SocketAddr) -> Result<TcpListener, AdminError> 
 }
 
 /// Serves the admin API on `listener` until `shutdown` completes, over HTTPS when `tls` is
-/// given (the files are read before anything is served, so bad files fail here at once).
+/// given (the files are read before anything is served, so bad files fail here at once),
+/// within `limits` (`connections.rs`).
 pub async fn serve_admin(
     listener: TcpListener,
     tls: Option<TlsFiles>,
+    limits: AdminLimits,
     source: Arc<dyn StatusSource>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AdminError> {
     crate::metrics::install();
-    let app = router(source);
+    let app = router(source).into_make_service();
     let local = listener.local_addr().ok();
-    let Some(files) = tls else {
-        tracing::info!(address = ?local, "admin API listening (HTTP)");
-        return axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(AdminError::Serve);
-    };
-    let rustls_config = load_tls(&files)?;
+    let rustls_config = tls.as_ref().map(load_tls).transpose()?;
     let std_listener = listener.into_std().map_err(AdminError::Serve)?;
     let handle = axum_server::Handle::new();
     let stopper = handle.clone();
@@ -119,14 +117,38 @@ pub async fn serve_admin(
         shutdown.await;
         stopper.graceful_shutdown(Some(GRACEFUL_SHUTDOWN));
     });
-    tracing::info!(address = ?local, "admin API listening (HTTPS)");
-    let served = axum_server::from_tcp_rustls(
-        std_listener,
-        axum_server::tls_rustls::RustlsConfig::from_config(rustls_config),
-    )
-    .handle(handle)
-    .serve(app.into_make_service())
-    .await;
+    let admit = connections::LimitAcceptor::new(&limits);
+    let server = axum_server::from_tcp(std_listener).handle(handle);
+    let served = match rustls_config {
+        None => {
+            tracing::info!(address = ?local, "admin API listening (HTTP)");
+            with_header_timeout(server.acceptor(admit), &limits)
+                .serve(app)
+                .await
+        }
+        Some(config) => {
+            tracing::info!(address = ?local, "admin API listening (HTTPS)");
+            let tls = axum_server::tls_rustls::RustlsAcceptor::new(
+                axum_server::tls_rustls::RustlsConfig::from_config(config),
+            )
+            .acceptor(admit);
+            with_header_timeout(server.acceptor(tls), &limits)
+                .serve(app)
+                .await
+        }
+    };
     stop_task.abort();
     served.map_err(AdminError::Serve)
+}
+
+fn with_header_timeout<A>(
+    mut server: axum_server::Server<A>,
+    limits: &AdminLimits,
+) -> axum_server::Server<A> {
+    server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    server
 }
