@@ -3,10 +3,10 @@
 //! only entries nobody else holds, skips it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::ids::UnguessableIds;
 use crate::index::Entry;
 use crate::memory::MemBlock;
 use crate::value::Pinned;
@@ -14,7 +14,7 @@ use crate::value::Pinned;
 #[derive(Default)]
 pub(crate) struct PinTable {
     pins: Mutex<HashMap<u64, (Entry<MemBlock>, Instant)>>,
-    next_id: AtomicU64,
+    ids: UnguessableIds,
 }
 
 impl PinTable {
@@ -23,14 +23,15 @@ impl PinTable {
     }
 
     pub fn pin(&self, block: Entry<MemBlock>, deadline: Instant) -> Pinned {
-        let pin_id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut pins = self.lock();
+        let pin_id = self.ids.next(|id| pins.contains_key(&id));
         let pinned = Pinned {
             pin_id,
             arena_offset: block.data.offset(),
             len: block.data.len() as u64,
             checksum: block.checksum,
         };
-        self.lock().insert(pin_id, (block, deadline));
+        pins.insert(pin_id, (block, deadline));
         pinned
     }
 

@@ -6,13 +6,13 @@
 //! in the table, where `commit_id`, `abort` or lease expiry finds it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::arena::ArenaBlock;
 use crate::error::{Result, StoreError};
 use crate::file::FileSpace;
+use crate::ids::UnguessableIds;
 use crate::store::Inner;
 
 /// Space held by a reservation.
@@ -50,7 +50,7 @@ struct Expired {
 pub(crate) struct ReservationTable {
     open: Mutex<HashMap<u64, Entry>>,
     expired: Mutex<Expired>,
-    next_id: AtomicU64,
+    ids: UnguessableIds,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -59,13 +59,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl ReservationTable {
     pub fn open(&self, key: &[u8], deadline: Instant) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let entry = Entry {
             key: key.into(),
             deadline,
             parked: None,
         };
-        lock(&self.open).insert(id, entry);
+        let mut open = lock(&self.open);
+        let id = self.ids.next(|id| open.contains_key(&id));
+        open.insert(id, entry);
         id
     }
 

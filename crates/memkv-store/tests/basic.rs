@@ -448,3 +448,25 @@ fn a_clean_close_keeps_the_last_write_from_rolling_back_when_its_bytes_go_bad() 
         }
     }
 }
+
+/// Commit, Abort and Release name their reservation or pin by id, and any client may send
+/// them: the ids must not let one client work out another's from its own.
+#[test]
+fn reservation_and_pin_ids_do_not_follow_from_each_other() {
+    let store = Store::open(StoreConfig::memory(8 << 20)).unwrap();
+    let mine = store.allocate(b"mine", 3).unwrap().id();
+    let theirs = store.allocate(b"theirs", 3).unwrap().id();
+    for guess in [mine.wrapping_add(1), mine.wrapping_sub(1), mine ^ 1] {
+        assert_ne!(guess, theirs);
+        assert!(matches!(
+            store.abort(guess),
+            Err(StoreError::UnknownReservation(_))
+        ));
+    }
+    store.put(b"a", b"1").unwrap();
+    let pin_a = store.lookup(b"a", Duration::from_secs(5)).unwrap().unwrap();
+    let pin_b = store.lookup(b"a", Duration::from_secs(5)).unwrap().unwrap();
+    assert_ne!(pin_a.pin_id.wrapping_add(1), pin_b.pin_id);
+    assert!(!store.release(pin_a.pin_id.wrapping_add(1)));
+    assert!(store.release(pin_b.pin_id));
+}

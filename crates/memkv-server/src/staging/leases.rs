@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use memkv_store::UnguessableIds;
+
 pub struct Leases<T> {
     open: Mutex<HashMap<u64, (T, Instant)>>,
 }
@@ -25,8 +27,16 @@ impl<T> Leases<T> {
 
     /// Holds `value` under `id` until taken or until `deadline` passes and a reap runs.
     pub fn insert(&self, id: u64, value: T, deadline: Instant) {
-        // An id is never reused while open: reservation ids and pin ids only grow.
+        // An id is never reused while open: the store's reservation ids are unique.
         self.lock().insert(id, (value, deadline));
+    }
+
+    /// Holds `value` under a fresh id from `ids` until taken or reaped; returns the id.
+    pub fn insert_new(&self, ids: &UnguessableIds, value: T, deadline: Instant) -> u64 {
+        let mut open = self.lock();
+        let id = ids.next(|id| open.contains_key(&id));
+        open.insert(id, (value, deadline));
+        id
     }
 
     /// Ends the lease `id` and hands its value to the caller; `None` when no such lease is

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use memkv_rdma::{RemoteStaging, StagedRange, StagingUsage};
-use memkv_store::Reservation;
+use memkv_store::{Reservation, UnguessableIds};
 
 use leases::Leases;
 
@@ -39,7 +39,7 @@ pub struct Staging {
     gets: Leases<StagedRange>,
     /// Get ids (the Lookup answer's pin); a namespace of their own, as store pins are not
     /// used in drive-backed modes.
-    next_get: AtomicU64,
+    get_ids: UnguessableIds,
     /// Allocates and Lookups answered Busy because no run of chunks was free.
     busy: AtomicU64,
 }
@@ -72,7 +72,7 @@ impl Staging {
             region,
             puts: Leases::default(),
             gets: Leases::default(),
-            next_get: AtomicU64::new(0),
+            get_ids: UnguessableIds::default(),
             busy: AtomicU64::new(0),
         }
     }
@@ -112,9 +112,7 @@ impl Staging {
 
     /// Holds a get's range until Release; returns the id the client releases it with.
     pub fn hold_get(&self, range: StagedRange, deadline: Instant) -> u64 {
-        let id = self.next_get.fetch_add(1, Ordering::Relaxed) + 1;
-        self.gets.insert(id, range, deadline);
-        id
+        self.gets.insert_new(&self.get_ids, range, deadline)
     }
 
     /// Frees get `id`'s range; `false` when no such get is held (released or expired).
