@@ -60,14 +60,16 @@ def storage_config(
     mla: bool = False,
     tp_rank: int = 0,
     tp_size: int = 1,
+    pp_rank: int = 0,
+    pp_size: int = 1,
     metrics: bool = False,
     page_first: bool = True,
 ) -> HiCacheStorageConfig:
     return HiCacheStorageConfig(
         tp_rank=tp_rank,
         tp_size=tp_size,
-        pp_rank=0,
-        pp_size=1,
+        pp_rank=pp_rank,
+        pp_size=pp_size,
         attn_cp_rank=0,
         attn_cp_size=1,
         is_mla_model=mla,
@@ -125,10 +127,13 @@ def make_backend(server, model_name):
         b.close()
 
 
-def mha_host_pool(layout: str = "page_first", dtype=torch.bfloat16) -> MHATokenToKVPoolHost:
+def mha_host_pool(
+    layout: str = "page_first", dtype=torch.bfloat16, start_layer: int = 0, layers: int = LAYERS
+) -> MHATokenToKVPoolHost:
+    """start_layer and layers: the model layers a pipeline stage holds."""
     device = MHATokenToKVPool(
-        512, PAGE_SIZE, dtype, 2, 8, LAYERS, "cpu", False,
-        v_head_dim=8, start_layer=0, end_layer=LAYERS - 1,
+        512, PAGE_SIZE, dtype, 2, 8, layers, "cpu", False,
+        v_head_dim=8, start_layer=start_layer, end_layer=start_layer + layers - 1,
     )
     return MHATokenToKVPoolHost(
         device.get_device_pool_infos()[0].buffer_info, 2.0, 0, PAGE_SIZE, layout,

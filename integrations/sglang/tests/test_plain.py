@@ -167,3 +167,41 @@ def test_bad_servers_option_is_named(server, model_name):
     extra["servers"] = 9900
     with pytest.raises(ValueError, match="'servers'"):
         create(storage_config(model_name=model_name, extra=extra))
+
+
+@pytest.mark.parametrize(
+    "setting, value",
+    [
+        ("timeout_ms", "3s"),
+        ("timeout_ms", 0),
+        ("timeout_ms", 2.5),
+        ("timeout_ms", True),
+        ("interface_v1", "maybe"),
+        ("interface_v1", 2),
+        # SGLang's controller would take this text as true and call the zero-copy methods.
+        ("interface_v1", "false"),
+    ],
+)
+def test_bad_extra_config_value_names_the_setting(server, model_name, setting, value):
+    extra = dynamic_extra(server.address, server.auth_key, **{setting: value})
+    with pytest.raises(ValueError, match=f"'{setting}'") as e:
+        create(storage_config(model_name=model_name, extra=extra))
+    assert repr(value) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(True, True), (1, True), ("true", True), ("1", True), ("Yes", True), (False, False), (0, False)],
+)
+def test_interface_v1_accepts_bools_numbers_and_words(server, model_name, value, expected):
+    extra = dynamic_extra(server.address, server.auth_key, interface_v1=value)
+    backend = create(storage_config(model_name=model_name, extra=extra))
+    try:
+        assert backend.interface_v1 is expected
+    finally:
+        backend.close()
+
+
+def test_timeout_ms_may_be_text(server, model_name):
+    extra = dynamic_extra(server.address, server.auth_key, timeout_ms="2500")
+    create(storage_config(model_name=model_name, extra=extra)).close()

@@ -155,6 +155,29 @@ def test_layouts_do_not_share_pages(make_backend):
     assert b.batch_exists(keys) == 0
 
 
+def test_pipeline_stages_holding_different_layers_get_different_keys(make_backend):
+    # SGLANG_PP_LAYER_PARTITION "4,12,16" vs "8,12,12": stage 1 of 3 holds layers 4..15 on
+    # one engine and 8..19 on the other, in pages of the same size.
+    def stage(start: int):
+        pool = mha_host_pool(start_layer=start, layers=12)
+        return pool, make_backend(host_pool=pool, v1=True, pp_rank=1, pp_size=3)
+
+    pool, writer = stage(4)
+    src = pool.alloc(pool.page_size)
+    fill_random(pool, src, seed=5)
+    keys = hashes(1)
+    assert writer.batch_set_v1(keys, src) == [True]
+    _, other = stage(8)
+    same_pool, same = stage(4)
+    assert "_pp3_" in writer.keys.namespace and "_L4-16" in writer.keys.namespace
+    assert writer.keys.page_objects(keys[0]) != other.keys.page_objects(keys[0])
+    assert other.batch_exists(keys) == 0
+    # An engine with the same partition still shares the page.
+    dst = same_pool.alloc(same_pool.page_size)
+    assert same.batch_get_v1(keys, dst) == [True]
+    assert page_bytes(same_pool, dst) == page_bytes(pool, src)
+
+
 def test_v1_needs_a_registered_pool(make_backend):
     backend = make_backend(v1=True)
     with pytest.raises(RuntimeError, match="register_mem_pool_host"):

@@ -9,7 +9,7 @@ key file, exactly as every other memkv client does.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,47 @@ DEFAULT_RETRY_AFTER_S = 10.0
 
 _CLIENT_KEYS = ("servers", "auth_key", "transport", "timeout_ms", "config")
 _OWN_KEYS = ("namespace", "model_id", "retry_after_s", "recompute_on_load_failure")
+
+# Extra configs often come from templated JSON or the command line, where a flag arrives as
+# text: bool("false") would be True, so text is read by its words, not its truthiness.
+_TRUE_WORDS = ("true", "1", "yes")
+_FALSE_WORDS = ("false", "0", "no")
+
+
+def _flag(value: Any, name: str, source: str) -> bool:
+    """A true/false setting: a bool, 0 or 1, or one of true/false/yes/no/1/0 as text."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in _TRUE_WORDS:
+            return True
+        if word in _FALSE_WORDS:
+            return False
+    raise ValueError(
+        f"memkv_vllm: {source} {name!r} must be true or false (a bool, or one of "
+        f"{'/'.join(_TRUE_WORDS + _FALSE_WORDS)}), got {value!r}"
+    )
+
+
+def _number(
+    value: Any, name: str, source: str, convert: Callable[[Any], Any], minimum: float, must: str
+) -> Any:
+    """``convert(value)`` (int or float) when it is at least ``minimum``; else an error
+    naming the setting and what it ``must`` be."""
+    number = None
+    # A bool would pass as 0 or 1 (a 1 ms timeout, a 1 s back-off): surely not what was meant.
+    if not isinstance(value, bool):
+        try:
+            number = convert(value)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    # "not >=" also refuses NaN, which compares false with everything.
+    if number is None or not number >= minimum:
+        raise ValueError(f"memkv_vllm: {source} {name!r} must be {must}, got {value!r}")
+    return number
 
 
 @dataclass(frozen=True)
@@ -66,23 +107,19 @@ def parse(
     if timeout is None and not environ.get("MEMKV_TIMEOUT_MS"):
         timeout = DEFAULT_TIMEOUT_MS
     if timeout is not None:
-        try:
-            timeout = int(timeout)
-        except (TypeError, ValueError):
-            timeout = -1
-        if timeout <= 0:
-            raise ValueError(
-                f"memkv_vllm: {source} 'timeout_ms' must be a positive integer "
-                f"(milliseconds), got {extra.get('timeout_ms')!r}"
-            )
-        kwargs["timeout_ms"] = timeout
-    retry = float(extra.get("retry_after_s", DEFAULT_RETRY_AFTER_S))
-    if retry < 0:
-        raise ValueError(f"memkv_vllm: 'retry_after_s' must be >= 0, got {retry}")
+        kwargs["timeout_ms"] = _number(
+            timeout, "timeout_ms", source, int, 1, "a positive integer (milliseconds)"
+        )
+    retry = _number(
+        extra.get("retry_after_s", DEFAULT_RETRY_AFTER_S),
+        "retry_after_s", source, float, 0.0, ">= 0 (a number of seconds)",
+    )
     return Settings(
         client_kwargs=kwargs,
         namespace=str(extra.get("namespace", "")),
         model_id=extra.get("model_id"),
         retry_after_s=retry,
-        recompute_on_load_failure=bool(extra.get("recompute_on_load_failure", True)),
+        recompute_on_load_failure=_flag(
+            extra.get("recompute_on_load_failure", True), "recompute_on_load_failure", source
+        ),
     )

@@ -1,6 +1,6 @@
 import pytest
 
-from memkv_vllm.settings import DEFAULT_TIMEOUT_MS, parse
+from memkv_vllm.settings import DEFAULT_RETRY_AFTER_S, DEFAULT_TIMEOUT_MS, parse
 
 
 def test_extra_config_passes_client_settings():
@@ -25,8 +25,26 @@ def test_environment_is_left_to_the_memkv_client():
     ({"timeout_ms": 0}, "'timeout_ms' must be a positive integer"),
     ({"timeout_ms": "soon"}, "'timeout_ms' must be a positive integer"),
     ({"retry_after_s": -1}, "'retry_after_s' must be >= 0"),
+    ({"retry_after_s": "soon"}, "'retry_after_s' must be >= 0"),
+    ({"retry_after_s": "nan"}, "'retry_after_s' must be >= 0"),
+    ({"recompute_on_load_failure": "maybe"}, "'recompute_on_load_failure' must be true or false"),
+    ({"recompute_on_load_failure": 2}, "'recompute_on_load_failure' must be true or false"),
 ])
 def test_bad_settings_are_named(extra, words):
     with pytest.raises(ValueError) as e:
         parse(extra, {})
     assert words in str(e.value)
+
+
+@pytest.mark.parametrize("value, expected", [
+    (False, False), (0, False), ("false", False), ("no", False), ("0", False), (" FALSE ", False),
+    (True, True), (1, True), ("true", True), ("yes", True), ("1", True),
+])
+def test_recompute_on_load_failure_reads_text_by_its_words(value, expected):
+    # Templated JSON hands flags over as text, where bool("false") would be True.
+    assert parse({"recompute_on_load_failure": value}, {}).recompute_on_load_failure is expected
+
+
+def test_retry_after_s_accepts_numbers_as_text():
+    assert parse({"retry_after_s": "2.5"}, {}).retry_after_s == 2.5
+    assert parse({}, {}).retry_after_s == DEFAULT_RETRY_AFTER_S

@@ -52,14 +52,53 @@ def _servers(value: Any) -> Optional[List[str]]:
     return servers
 
 
+# --hicache-storage-backend-extra-config is JSON typed by hand: a flag may come as true, 1
+# or "true", and bool("false") would be True, so text is read by its words.
+_TRUE_WORDS = ("true", "1", "yes")
+_FALSE_WORDS = ("false", "0", "no")
+
+
+def _flag(extra: dict, name: str, default: bool) -> bool:
+    value = extra.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS
+    raise ValueError(
+        f"extra_config {name!r} must be true or false (a bool, 0 or 1, or one of "
+        f"{'/'.join(_TRUE_WORDS + _FALSE_WORDS)}), got {value!r}"
+    )
+
+
+def _positive_int(extra: dict, name: str, unit: str) -> Optional[int]:
+    value = extra.get(name)
+    if value is None:
+        return None
+    number = None
+    # int(True) is 1 and int(2.7) is 2: neither is what someone typing them meant.
+    if not isinstance(value, bool) and not (isinstance(value, float) and not value.is_integer()):
+        try:
+            number = int(value)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    if number is None or number <= 0:
+        raise ValueError(
+            f"extra_config {name!r} must be a positive integer ({unit}), got {value!r}"
+        )
+    return number
+
+
 def client_from_extra_config(extra: dict) -> "memkv.Client":
     """A memkv client; options missing here come from MEMKV_* and the local key file."""
-    timeout = extra.get("timeout_ms")
     return memkv.Client(
         servers=_servers(extra.get("servers")),
         auth_key=extra.get("auth_key"),
         transport=extra.get("transport"),
-        timeout_ms=int(timeout) if timeout is not None else None,
+        timeout_ms=_positive_int(extra, "timeout_ms", "milliseconds"),
         config=extra.get("config"),
     )
 
@@ -84,7 +123,17 @@ class MemKVHiCacheStorage(PlainPages, HiCacheStorage):
             )
         self.storage_config = storage_config
         extra = dict(storage_config.extra_config or {})
-        self.interface_v1 = bool(int(extra.get("interface_v1", 0) or 0))
+        self.interface_v1 = _flag(extra, "interface_v1", False)
+        raw_v1 = extra.get("interface_v1")
+        if raw_v1 is not None and bool(raw_v1) != self.interface_v1:
+            # SGLang's cache controller picks the page functions by bool(interface_v1): it
+            # would call the zero-copy methods on a backend keyed for the plain ones, and
+            # find nothing, ever.
+            raise ValueError(
+                f"extra_config 'interface_v1' is {raw_v1!r}: false here, but SGLang's cache "
+                "controller reads any non-empty text as true; write false or 0 without "
+                "quotes, or leave the key out"
+            )
         self.key_prefix = extra.get("key_prefix")
         self.keys = KeyScheme.build(storage_config, self.key_prefix)
         self.client = client_from_extra_config(extra)

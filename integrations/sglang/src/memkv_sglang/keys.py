@@ -19,8 +19,12 @@ Layout (``{ns}`` is the namespace below):
 ``{rank}`` is the TP rank, followed by ``_{pp_rank}`` under pipeline
 parallelism and ``_cp{rank}of{size}`` under attention context parallelism.
 ``{ns}`` is ``{key_prefix}_{model}`` plus ``_tp{tp_size}`` for MHA (a rank's
-head shard depends on the TP size) plus, once SGLang has registered its host
-pool, ``_{layout}-{dtype}``.
+head shard depends on the TP size), ``_pp{pp_size}`` under pipeline
+parallelism, ``_dcp{size}_page{logical_page_size}`` under decode context
+parallelism and, once SGLang has registered its host pool,
+``_{layout}-{dtype}_L{start}-{end}``: the model layers ``[start, end)`` the
+pool holds, since a pipeline stage's layers depend on SGLANG_PP_LAYER_PARTITION,
+not on its rank alone.
 """
 
 from __future__ import annotations
@@ -50,11 +54,12 @@ class KeyScheme:
         parts.append("-".join((cfg.model_name or "unnamed-model").split("/")))
         if not cfg.is_mla_model:
             parts.append(f"tp{cfg.tp_size}")
+        if cfg.pp_size > 1:
+            # pp_rank alone names a stage only among engines with the same number of them.
+            parts.append(f"pp{cfg.pp_size}")
         if getattr(cfg, "dcp_size", 1) > 1:
             # DCP shards are only interchangeable between matching topologies.
-            parts.append(
-                f"dcp{cfg.dcp_size}_page{cfg.logical_page_size}_pp{cfg.pp_size}"
-            )
+            parts.append(f"dcp{cfg.dcp_size}_page{cfg.logical_page_size}")
         if pool_format:
             parts.append(pool_format)
 
@@ -92,12 +97,21 @@ class KeyScheme:
 
 
 def pool_format(mem_pool_host) -> Optional[str]:
-    """``{layout}-{dtype}`` of a host pool: the two things that decide a page's byte order
-    and width beyond what the storage config says."""
+    """``{layout}-{dtype}[_L{start}-{end}]`` of a host pool: what decides a page's byte order
+    and width, and which layers it holds, beyond what the storage config says."""
     layout = getattr(mem_pool_host, "layout", None)
     dtype = getattr(mem_pool_host, "dtype", None)
     if layout is None or dtype is None:
         return None
     dtype_name = str(dtype).removeprefix("torch.")
     # A pool's own storage_format_tag is already in the model name SGLang hands us.
-    return f"{layout}-{dtype_name}"
+    fmt = f"{layout}-{dtype_name}"
+    # SGLANG_PP_LAYER_PARTITION lets one pp_rank hold other layers on another engine
+    # (4,12,16 vs 8,12,12: stage 1 holds 4..15 vs 8..19) in pages of equal size, so only
+    # the layers tell them apart. layer_num counts packed MTP draft layers too; end_layer
+    # is not used because SGLang's pools disagree on whether it is inclusive.
+    start = getattr(mem_pool_host, "start_layer", None)
+    count = getattr(mem_pool_host, "layer_num", None)
+    if isinstance(start, int) and isinstance(count, int):
+        fmt += f"_L{start}-{start + count}"
+    return fmt
