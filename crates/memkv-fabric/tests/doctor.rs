@@ -2,13 +2,17 @@
 //! text and JSON compared with tests/fixtures/doctor/*.{txt,json} (`MEMKV_BLESS=1` rewrites
 //! them after an intended change; review the diff), and the 8-rail timing.
 
+mod common;
 mod doctor_hosts;
 
 use doctor_hosts::*;
+use memkv_fabric::FabricConfig;
+use memkv_fabric::doctor::arp::sysctl_stanza;
 use memkv_fabric::doctor::counters::{CounterSnapshot, NicReading, PortReading, judge};
+use memkv_fabric::doctor::doubles::{HostFixture, RocePort};
 use memkv_fabric::doctor::{
     CHECKS, DoctorReport, EXIT_DOCTOR_FAILURES, EXIT_DOCTOR_OK, EXIT_DOCTOR_WARNINGS, Finding,
-    Status,
+    HostRoot, Rail, Status,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -286,6 +290,143 @@ fn conf_all_raises_the_effective_value() {
     );
 }
 
+/// sysctl splits a key at every dot, so `net.ipv4.conf.ens1f0np0.100.arp_ignore` names no key
+/// and the VLAN rail stays unprotected; sysctl.d(5) writes the name's dots as slashes.
+#[test]
+fn arp_sysctl_fix_escapes_dots_in_vlan_rail_names() {
+    let stanza = sysctl_stanza(&["ens1f0np0.100"]);
+    assert!(
+        stanza.contains("net.ipv4.conf.ens1f0np0/100.arp_ignore = 1"),
+        "{stanza}"
+    );
+    assert!(
+        stanza.contains("net.ipv4.conf.ens1f0np0/100.arp_announce = 2"),
+        "{stanza}"
+    );
+    assert!(
+        !stanza.contains("net.ipv4.conf.ens1f0np0.100.arp_ignore"),
+        "{stanza}"
+    );
+    assert!(
+        stanza.contains("sudo ip neigh flush dev ens1f0np0.100"),
+        "{stanza}"
+    );
+}
+
+/// A port whose IPv4 lives on a VLAN: GID 0 is the link-local GID of ens1f0np0, GID 1 holds
+/// 192.0.2.11 on ens1f0np0.100, the GID memkv sends from.
+fn vlan_rail_host() -> HostFixture {
+    let h = HostFixture::create(scratch("vlan-rail")).unwrap();
+    h.roce_port(&RocePort {
+        device: "mlx5_0",
+        netdev: "ens1f0np0",
+        mac: "02:00:00:00:01:01",
+        ipv4: None,
+        pci: None,
+        driver: "mlx5_core",
+    });
+    let port = "/sys/class/infiniband/mlx5_0/ports/1";
+    h.file(
+        &format!("{port}/gids/1"),
+        "0000:0000:0000:0000:0000:ffff:c000:020b\n",
+    );
+    h.file(&format!("{port}/gid_attrs/types/1"), "RoCE v2\n");
+    h.file(&format!("{port}/gid_attrs/ndevs/1"), "ens1f0np0.100\n");
+    h.file(
+        "/sys/class/net/ens1f0np0.100/address",
+        "02:00:00:00:01:01\n",
+    );
+    h.symlink(
+        "/sys/class/net/ens1f0np0.100/lower_ens1f0np0",
+        "/sys/class/net/ens1f0np0",
+    );
+    h
+}
+
+#[test]
+fn rail_includes_the_address_of_the_gid_memkv_sends_from() {
+    let h = vlan_rail_host();
+    let plans = common::plans_at(
+        &h.root().join("sys/class/infiniband"),
+        &FabricConfig::default(),
+    );
+    let plan = &plans[0];
+    assert_eq!(plan.netdev(), Some("ens1f0np0.100"));
+    let root = HostRoot::new(h.root());
+    let rail = Rail::of_port(&plan.facts, &root).expect("a RoCE rail");
+    assert_eq!(rail.netdev, "ens1f0np0.100");
+    assert!(
+        rail.ipv4.contains(&"192.0.2.11".parse().unwrap()),
+        "rail {} has {:?}; memkv sends from 192.0.2.11 on {:?}",
+        rail.netdev,
+        rail.ipv4,
+        plan.netdev()
+    );
+    assert_eq!(Rail::of_plan(plan, &root).as_ref(), Some(&rail));
+}
+
+/// ARP is judged on the VLAN netdev that owns the address; PFC, DSCP and ECN on the port below
+/// it, where `mlnx_qos` configures them.
+#[test]
+fn a_vlan_rail_is_judged_by_its_address_and_its_lower_port() {
+    let h = vlan_rail_host();
+    h.dcb("ens1f0np0", "pfc 0,0,0,1,0,0,0,0\ndscp2prio 26,3\n");
+    h.ecn("ens1f0np0", 3, 1, 1);
+    let r = run(h.root(), &options());
+    let arp = find(&r, "arp.sysctl", "host");
+    assert!(
+        arp.read
+            .contains("one RoCE rail with IPv4 (ens1f0np0.100 192.0.2.11)"),
+        "{}",
+        arp.read
+    );
+    assert_eq!(status(&r, "roce.pfc", "ens1f0np0"), Status::Ok);
+    assert_eq!(status(&r, "roce.ecn", "ens1f0np0"), Status::Ok);
+    assert!(
+        !r.checks
+            .iter()
+            .any(|f| f.check.starts_with("roce.") && f.subject == "ens1f0np0.100"),
+        "{}",
+        r.text()
+    );
+}
+
+/// On RoCE `rdma.service_level` is the priority memkv's packets carry, so PFC on the detected
+/// priority 3 does not make priority 5 lossless.
+#[test]
+fn roce_pfc_checks_the_configured_service_level_not_the_detected_one() {
+    let h = roce_good();
+    let mut opts = options();
+    opts.config = FabricConfig {
+        service_level: Some(5),
+        ..FabricConfig::default()
+    };
+    let r = run(h.root(), &opts);
+    let f = find(&r, "roce.pfc", "ens1f0np0");
+    assert_eq!(f.status, Status::Fail, "{}", r.text());
+    assert!(f.read.contains("PFC off on priority 5"), "{}", f.read);
+    assert!(
+        f.fix
+            .iter()
+            .any(|l| l.contains("remove rdma.service_level")),
+        "{:?}",
+        f.fix
+    );
+    assert!(
+        find(&r, "roce.ecn", "ens1f0np0").read.contains("enable/5"),
+        "{}",
+        r.text()
+    );
+    opts.config.service_level = Some(3);
+    let r = run(h.root(), &opts);
+    assert_eq!(
+        status(&r, "roce.pfc", "ens1f0np0"),
+        Status::Ok,
+        "{}",
+        r.text()
+    );
+}
+
 #[test]
 fn shared_switch_pairs_are_found_and_cross_switch_pairs_are_not() {
     let r = run(roce_good().root(), &options());
@@ -439,6 +580,110 @@ fn watched_counters_follow_the_runbook_polarity() {
     let f = judge(&before, &unclassified, 5, &|_| 3);
     assert_eq!(f[0].status, Status::Fail);
     assert!(f[0].symptom.as_deref().unwrap().contains("not classified"));
+}
+
+fn hw_port(out_of_buffer: u64, xmit: u64) -> PortReading {
+    PortReading {
+        device: "mlx5_0".into(),
+        port: 1,
+        hw: Some(vec![
+            ("out_of_buffer".into(), out_of_buffer),
+            ("packet_seq_err".into(), 0),
+        ]),
+        port_counters: vec![("port_xmit_data".into(), xmit)],
+    }
+}
+
+fn rdma_finding(before: PortReading, after: PortReading) -> Finding {
+    let f = judge(
+        &snapshot_of(vec![], vec![before]),
+        &snapshot_of(vec![], vec![after]),
+        10,
+        &|_| 3,
+    );
+    f.into_iter()
+        .find(|f| f.check == "counters.rdma")
+        .expect("counters.rdma finding")
+}
+
+/// mlx5 hw_counters are 32-bit and wrap: 0xffff_fff0 -> 0x10 is 32 more drops, not a flat
+/// counter.
+#[test]
+fn wrapped_32_bit_loss_counter_is_not_reported_flat() {
+    let f = rdma_finding(hw_port(0xffff_fff0, 1_000), hw_port(0x10, 9_000));
+    assert_eq!(f.status, Status::Fail, "{}", f.read);
+    assert!(f.read.contains("rising out_of_buffer +32"), "{}", f.read);
+}
+
+/// A loss counter zeroed during the watch proves nothing either way: a warning that says so,
+/// not four billion drops and not "flat".
+#[test]
+fn reset_loss_counter_warns_that_the_watch_proves_nothing() {
+    let f = rdma_finding(hw_port(7, 1_000), hw_port(0, 9_000));
+    assert_eq!(f.status, Status::Warn, "{}", f.read);
+    assert!(
+        f.read.contains("reset during the watch") && f.read.contains("out_of_buffer 7 -> 0"),
+        "{}",
+        f.read
+    );
+    assert!(!f.read.contains("flat: out_of_buffer"), "{}", f.read);
+}
+
+fn nic_reading(ethtool: Result<Option<&[(&str, u64)]>, String>, rx_dropped: u64) -> NicReading {
+    NicReading {
+        netdev: "ens1f0np0".into(),
+        ethtool: ethtool.map(|e| e.map(|e| e.iter().map(|(n, v)| (n.to_string(), *v)).collect())),
+        sysfs: vec![("rx_dropped".into(), rx_dropped)],
+    }
+}
+
+fn nic_finding(before: NicReading, after: NicReading) -> Finding {
+    let f = judge(
+        &snapshot_of(vec![before], vec![]),
+        &snapshot_of(vec![after], vec![]),
+        10,
+        &|_| 3,
+    );
+    f.into_iter()
+        .find(|f| f.check == "counters.nic")
+        .expect("counters.nic finding")
+}
+
+/// sysfs `rx_dropped` counts frames the kernel stack drops (an LLDP frame nobody listens for),
+/// which RoCE traffic never reaches: with ethtool counters flat, a rising `rx_dropped` does not
+/// fail the rail.
+#[test]
+fn stack_level_rx_dropped_does_not_fail_a_lossless_rail() {
+    let before: &[(&str, u64)] = &[
+        ("rx_prio3_pause", 10),
+        ("rx_discards_phy", 0),
+        ("tx_prio3_bytes", 100),
+        ("tx_prio0_bytes", 0),
+    ];
+    let after: &[(&str, u64)] = &[
+        ("rx_prio3_pause", 90),
+        ("rx_discards_phy", 0),
+        ("tx_prio3_bytes", 9000),
+        ("tx_prio0_bytes", 0),
+    ];
+    let f = nic_finding(
+        nic_reading(Ok(Some(before)), 0),
+        nic_reading(Ok(Some(after)), 1),
+    );
+    assert_eq!(f.status, Status::Ok, "{}", f.read);
+    assert!(f.read.contains("drop counters flat"), "{}", f.read);
+}
+
+/// Without ethtool the sysfs drop counters are all there is, and they cannot tell stack drops
+/// from fabric drops: at most a warning.
+#[test]
+fn without_ethtool_rising_sysfs_drops_only_warn() {
+    for ethtool in [Ok(None), Err("no such device".to_owned())] {
+        let f = nic_finding(nic_reading(ethtool.clone(), 0), nic_reading(ethtool, 5));
+        assert_eq!(f.status, Status::Warn, "{}", f.read);
+        assert!(f.read.contains("rising rx_dropped +5"), "{}", f.read);
+        assert!(f.read.contains("sysfs statistics only"), "{}", f.read);
+    }
 }
 
 #[test]

@@ -87,8 +87,11 @@ impl RailSysctls {
 pub fn sysctl_stanza(netdevs: &[&str]) -> String {
     let mut out = String::from("sudo tee /etc/sysctl.d/99-rdma-arp.conf >/dev/null <<'EOF'\n");
     for n in netdevs {
+        // sysctl splits a dotted key at every dot, so a VLAN rail's dots are written as slashes
+        // (sysctl.d(5)); `ip neigh` below takes the real name.
+        let key = n.replace('.', "/");
         out.push_str(&format!(
-            "net.ipv4.conf.{n}.arp_ignore = {WANT_IGNORE}\nnet.ipv4.conf.{n}.arp_announce = {WANT_ANNOUNCE}\n"
+            "net.ipv4.conf.{key}.arp_ignore = {WANT_IGNORE}\nnet.ipv4.conf.{key}.arp_announce = {WANT_ANNOUNCE}\n"
         ));
     }
     out.push_str("EOF\nsudo sysctl --system");

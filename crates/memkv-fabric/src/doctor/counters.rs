@@ -105,17 +105,82 @@ pub fn read_snapshot(
     CounterSnapshot { nics, ports }
 }
 
-/// after - before for counters present in both (a counter that went backwards was reset: 0).
-fn deltas(before: &NicStats, after: &NicStats) -> BTreeMap<String, u64> {
+/// How the counters present in both readings moved.
+#[derive(Debug, Default)]
+struct Deltas {
+    rose: BTreeMap<String, u64>,
+    /// Counters that went backwards other than by a 32-bit wrap: zeroed during the watch (driver
+    /// reload, `ethtool` reset), so how far they rose is unknown.
+    reset: BTreeMap<String, (u64, u64)>,
+}
+
+impl Deltas {
+    fn extend(&mut self, other: Deltas) {
+        self.rose.extend(other.rose);
+        self.reset.extend(other.reset);
+    }
+
+    fn get(&self, name: &str) -> Option<u64> {
+        self.rose.get(name).copied()
+    }
+}
+
+/// A decrease is a wrap when the counter fits 32 bits and the wrapped rise is less than half the
+/// counter's range (serial-number arithmetic, RFC 1982): mlx5 `hw_counters` are 32-bit queue
+/// counters that wrap under load, and a loss counter that wrapped must not read as flat. A small
+/// counter dropping a little was zeroed instead, and is not taken for four billion drops.
+fn delta(before: u64, after: u64) -> Option<u64> {
+    if after >= before {
+        return Some(after - before);
+    }
+    const RANGE: u64 = 1 << 32;
+    let wrapped = (before <= u32::MAX as u64).then(|| RANGE - before + after)?;
+    (wrapped < RANGE / 2).then_some(wrapped)
+}
+
+fn deltas(before: &NicStats, after: &NicStats) -> Deltas {
     let old: BTreeMap<&str, u64> = before.iter().map(|(n, v)| (n.as_str(), *v)).collect();
-    after
+    let mut out = Deltas::default();
+    for (name, value) in after {
+        let Some(was) = old.get(name.as_str()) else {
+            continue;
+        };
+        match delta(*was, *value) {
+            Some(d) => {
+                out.rose.insert(name.clone(), d);
+            }
+            None => {
+                out.reset.insert(name.clone(), (*was, *value));
+            }
+        }
+    }
+    out
+}
+
+/// The counters among `reset` that `pick` selects, for the finding's text.
+fn reset_of(d: &Deltas, pick: impl Fn(&str) -> bool) -> Vec<String> {
+    d.reset
         .iter()
-        .filter_map(|(n, v)| Some((n.clone(), v.saturating_sub(*old.get(n.as_str())?))))
+        .filter(|(n, _)| pick(n))
+        .map(|(n, (was, now))| format!("{n} {was} -> {now}"))
         .collect()
 }
 
-fn rising(d: &BTreeMap<String, u64>, pick: impl Fn(&str) -> bool) -> Vec<String> {
-    d.iter()
+/// The words added to a finding's read when counters were zeroed during the watch.
+fn reset_note(reset: &[String]) -> String {
+    if reset.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; reset during the watch (how far they rose is unknown): {}",
+            reset.join(", ")
+        )
+    }
+}
+
+fn rising(d: &Deltas, pick: impl Fn(&str) -> bool) -> Vec<String> {
+    d.rose
+        .iter()
         .filter(|(n, v)| **v > 0 && pick(n))
         .map(|(n, v)| format!("{n} +{v}"))
         .collect()
@@ -190,12 +255,14 @@ fn judge_port(before: &PortReading, after: &PortReading, seconds: u64) -> (Findi
     d.extend(deltas(&before.port_counters, &after.port_counters));
     let moved = RDMA_TRAFFIC_COUNTERS
         .iter()
-        .any(|n| d.get(*n).is_some_and(|v| *v > 0));
-    let lost = rising(&d, |n| RDMA_LOSS_COUNTERS.contains(&n));
+        .any(|n| d.get(n).is_some_and(|v| v > 0));
+    let is_loss = |n: &str| RDMA_LOSS_COUNTERS.contains(&n);
+    let lost = rising(&d, is_loss);
+    let lost_reset = reset_of(&d, is_loss);
     let watched: Vec<&str> = RDMA_LOSS_COUNTERS
         .iter()
         .copied()
-        .filter(|n| d.contains_key(*n))
+        .filter(|n| d.rose.contains_key(*n))
         .collect();
     let traffic = rising(&d, |n| RDMA_TRAFFIC_COUNTERS.contains(&n));
     let traffic = if traffic.is_empty() {
@@ -203,12 +270,29 @@ fn judge_port(before: &PortReading, after: &PortReading, seconds: u64) -> (Findi
     } else {
         traffic.join(", ")
     };
-    let finding = if lost.is_empty() {
+    let reset = reset_note(&reset_of(&d, |_| true));
+    let grep =
+        format!("grep -r . {dir}/ | grep -iE 'out_of_buffer|packet_seq_err|local_ack_timeout_err'");
+    let finding = if !lost.is_empty() {
+        Finding::fail(CHECK, subject, format!("over {seconds} s: rising {}; {traffic}{reset}", lost.join(", ")))
+            .symptom("the fabric is dropping and is not yet lossless: transfers retry and fail with IBV_WC_RETRY_EXC_ERR")
+            .fix(grep)
+            .fix("make the path lossless end to end: roce.pfc/roce.dscp on every host, nv set qos roce mode lossless on every switch")
+    } else if !lost_reset.is_empty() {
+        Finding::warn(
+            CHECK,
+            subject,
+            format!("over {seconds} s: {traffic}{reset}"),
+        )
+        .symptom("a loss counter was zeroed during the watch, so this watch cannot show the fabric lossless")
+        .fix(format!("memkv net doctor --watch {seconds}   # again, under load"))
+        .fix(grep)
+    } else {
         Finding::ok(
             CHECK,
             subject,
             format!(
-                "over {seconds} s: {traffic}; flat: {}",
+                "over {seconds} s: {traffic}; flat: {}{reset}",
                 if watched.is_empty() {
                     "no loss counters found".into()
                 } else {
@@ -216,11 +300,6 @@ fn judge_port(before: &PortReading, after: &PortReading, seconds: u64) -> (Findi
                 }
             ),
         )
-    } else {
-        Finding::fail(CHECK, subject, format!("over {seconds} s: rising {}; {traffic}", lost.join(", ")))
-            .symptom("the fabric is dropping and is not yet lossless: transfers retry and fail with IBV_WC_RETRY_EXC_ERR")
-            .fix(format!("grep -r . {dir}/ | grep -iE 'out_of_buffer|packet_seq_err|local_ack_timeout_err'"))
-            .fix("make the path lossless end to end: roce.pfc/roce.dscp on every host, nv set qos roce mode lossless on every switch")
     };
     (finding, moved)
 }
@@ -234,22 +313,27 @@ fn judge_nic(
 ) -> Finding {
     const CHECK: &str = "counters.nic";
     let netdev = &after.netdev;
-    let mut d = deltas(&before.sysfs, &after.sysfs);
-    let (ethtool_note, have_ethtool) = match (&before.ethtool, &after.ethtool) {
-        (Ok(Some(b)), Ok(Some(a))) => {
-            d.extend(deltas(b, a));
-            (String::new(), true)
-        }
+    // The runbook judges drops by `ethtool -S`. sysfs statistics also count frames the kernel
+    // stack discards (an LLDP frame nobody listens for), which RoCE traffic never reaches, so
+    // they stand in only without ethtool and can then only warn.
+    let (d, ethtool_note, have_ethtool) = match (&before.ethtool, &after.ethtool) {
+        (Ok(Some(b)), Ok(Some(a))) => (deltas(b, a), String::new(), true),
         (Ok(None), _) | (_, Ok(None)) => (
+            deltas(&before.sysfs, &after.sysfs),
             "; ethtool not installed: per-priority pause and byte counters unread (sysfs statistics only)".to_owned(),
             false,
         ),
-        (Err(e), _) | (_, Err(e)) => (format!("; ethtool -S failed: {e}"), false),
+        (Err(e), _) | (_, Err(e)) => (
+            deltas(&before.sysfs, &after.sysfs),
+            format!("; ethtool -S failed: {e} (sysfs statistics only)"),
+            false,
+        ),
     };
     let drops = rising(&d, is_drop_counter);
+    let drops_reset = reset_of(&d, is_drop_counter);
     let pause_name = format!("prio{priority}_pause");
     let pause = rising(&d, |n| n.contains(&pause_name));
-    let bytes = |p: u8| d.get(&format!("tx_prio{p}_bytes")).copied();
+    let bytes = |p: u8| d.get(&format!("tx_prio{p}_bytes"));
     let mut notes = Vec::new();
     if !pause.is_empty() {
         notes.push(format!(
@@ -270,21 +354,22 @@ fn judge_nic(
         format!("rising {}", drops.join(", "))
     };
     let read = format!(
-        "over {seconds} s: {drop_read}; {}{ethtool_note}",
+        "over {seconds} s: {drop_read}; {}{}{ethtool_note}",
         if notes.is_empty() {
             "no pause or priority byte counters".to_owned()
         } else {
             notes.join("; ")
-        }
+        },
+        reset_note(&reset_of(&d, |_| true))
     );
-    if !drops.is_empty() {
+    let grep_drops =
+        format!("ethtool -S {netdev} | grep -iE 'discard|drop|out_of_buffer|rx_discards_phy'");
+    if !drops.is_empty() && have_ethtool {
         return Finding::fail(CHECK, netdev, read)
             .symptom(
                 "these drops are the source of IBV_WC_RETRY_EXC_ERR: the fabric is not lossless",
             )
-            .fix(format!(
-                "ethtool -S {netdev} | grep -iE 'discard|drop|out_of_buffer|rx_discards_phy'"
-            ))
+            .fix(grep_drops)
             .fix(format!(
                 "sudo mlnx_qos -i {netdev} --pfc {}",
                 pfc_for(priority)
@@ -300,6 +385,17 @@ fn judge_nic(
             .symptom(format!("RDMA bytes leave on priority 0, not {priority}: traffic is not classified into the lossless class (IBV_WC_RETRY_EXC_ERR under incast)"))
             .fix(format!("sudo mlnx_qos -i {netdev} --trust dscp\nsudo mlnx_qos -i {netdev} --dscp2prio set,26,{priority}"))
             .fix(format!("ethtool -S {netdev} | grep -E 'tx_prio[0{priority}]_bytes'"));
+    }
+    if !drops.is_empty() {
+        return Finding::warn(CHECK, netdev, read)
+            .symptom("the kernel's statistics count the stack's own drops too (frames no one listens for, such as LLDP), so they cannot tell whether the fabric dropped RoCE packets (IBV_WC_RETRY_EXC_ERR)")
+            .fix(format!("install ethtool, then under load: {grep_drops}"));
+    }
+    if !drops_reset.is_empty() {
+        return Finding::warn(CHECK, netdev, read)
+            .symptom("a drop counter was zeroed during the watch, so this watch cannot show the fabric lossless")
+            .fix(format!("memkv net doctor --watch {seconds}   # again, under load"))
+            .fix(grep_drops);
     }
     Finding::ok(CHECK, netdev, read)
 }

@@ -244,8 +244,7 @@ pub fn doctor(src: &DoctorSources<'_>, opts: &DoctorOptions) -> Result<DoctorRep
     checks.extend(stack::subnets(&plans));
 
     // RoCE losslessness per rail; InfiniBand ports say why they are skipped.
-    let facts: Vec<&crate::types::PortFacts> = plans.iter().map(|p| &p.facts).collect();
-    let rails = rails::rails_of(&facts, root);
+    let rails = rails::rails_of(&plans, root);
     let journal = read_journal_if_needed(root, src.probe);
     let mut dcb_capable = false;
     let mut seen_netdevs = Vec::new();
@@ -259,13 +258,14 @@ pub fn doctor(src: &DoctorSources<'_>, opts: &DoctorOptions) -> Result<DoctorRep
                 else {
                     continue;
                 };
-                if seen_netdevs.contains(&rail.netdev) {
+                let netdev = rail.lossless_netdev(root);
+                if seen_netdevs.contains(&netdev) {
                     continue;
                 }
-                seen_netdevs.push(rail.netdev.clone());
-                let reply = dcb.reply(&rail.netdev);
+                let reply = dcb.reply(&netdev);
                 dcb_capable |= matches!(reply, Ok(DcbReply::Ieee(_)));
-                checks.extend(roce::rail(plan, &rail.netdev, &reply, root));
+                checks.extend(roce::rail(plan, &netdev, &reply, root));
+                seen_netdevs.push(netdev);
             }
         }
     }
@@ -337,7 +337,13 @@ fn watch_counters(
     let Some(watch) = watch else {
         return vec![counters::not_watched()];
     };
-    let netdevs: Vec<String> = rails.iter().map(|r| r.netdev.clone()).collect();
+    let mut netdevs: Vec<String> = Vec::new();
+    for rail in rails {
+        let netdev = rail.lossless_netdev(root);
+        if !netdevs.contains(&netdev) {
+            netdevs.push(netdev);
+        }
+    }
     let ports: Vec<(String, u8)> = plans
         .iter()
         .map(|p| (p.facts.device.clone(), p.facts.port))
@@ -348,7 +354,7 @@ fn watch_counters(
     let priority_of = |netdev: &str| {
         rails
             .iter()
-            .find(|r| r.netdev == netdev)
+            .find(|r| r.lossless_netdev(root) == netdev)
             .and_then(|r| {
                 plans
                     .iter()

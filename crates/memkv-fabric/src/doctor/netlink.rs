@@ -96,10 +96,14 @@ pub fn parse_dump_chunk(
                     .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
                     .unwrap_or(0);
                 if errno != 0 {
-                    return Err(format!(
-                        "RTM_GETNEIGH: {}",
-                        std::io::Error::from_raw_os_error(-errno)
-                    ));
+                    // The kernel sends a negated errno; i32::MIN has no positive counterpart,
+                    // and negating it would panic.
+                    return Err(match errno.checked_neg() {
+                        Some(code) => {
+                            format!("RTM_GETNEIGH: {}", std::io::Error::from_raw_os_error(code))
+                        }
+                        None => format!("RTM_GETNEIGH: malformed error code {errno}"),
+                    });
                 }
             }
             RTM_NEWNEIGH => {
@@ -182,6 +186,23 @@ mod tests {
         assert_eq!(
             out[0].to_string(),
             "192.0.2.2 dev vethA lladdr 02:00:00:00:00:01 PERMANENT"
+        );
+    }
+
+    /// The proptest below rarely draws this errno: negating it overflows.
+    #[test]
+    fn an_error_reply_with_errno_i32_min_is_an_error_not_a_panic() {
+        let mut msg = ((NLMSG_HDR_LEN + 4) as u32).to_ne_bytes().to_vec();
+        msg.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        msg.extend_from_slice(&[0u8; 10]);
+        msg.extend_from_slice(&i32::MIN.to_ne_bytes());
+        let result = std::panic::catch_unwind(|| {
+            let mut out = Vec::new();
+            parse_dump_chunk(&msg, &HashMap::new(), &mut out)
+        });
+        assert!(
+            matches!(result, Ok(Err(_))),
+            "the decoder panicked or accepted the reply: {result:?}"
         );
     }
 

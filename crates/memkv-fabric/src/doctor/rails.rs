@@ -2,6 +2,8 @@
 //! Shared by doctor and by the server, which reports its rails in `/v1/status`.
 
 use super::host::HostRoot;
+use crate::gid::{GidChoice, choose_gid};
+use crate::policy::PortPlan;
 use crate::types::{LinkLayer, PortFacts};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
@@ -15,20 +17,32 @@ pub struct Rail {
     /// Lower-case `aa:bb:cc:dd:ee:ff`, from `/sys/class/net/<netdev>/address`.
     pub mac: Option<String>,
     /// The netdev's IPv4 addresses, from the port's IPv4-mapped GIDs (the kernel adds one per
-    /// address), so no address query is needed.
+    /// address), so no address query is needed. They include the address memkv sends from.
     pub ipv4: Vec<Ipv4Addr>,
 }
 
 impl Rail {
-    /// The rail of a RoCE port; None on InfiniBand or when no netdev is bound to the port.
+    /// The rail of a RoCE port, from the GID memkv picks without `rdma.gid_index`; None on
+    /// InfiniBand or when no netdev is bound to the port. [`Rail::of_plan`] honours the index.
     pub fn of_port(facts: &PortFacts, root: &HostRoot) -> Option<Rail> {
+        Self::of_gid(facts, choose_gid(facts, None).ok().as_ref(), root)
+    }
+
+    /// The rail of a planned RoCE port: the netdev and addresses of the GID the plan sends from.
+    pub fn of_plan(plan: &PortPlan, root: &HostRoot) -> Option<Rail> {
+        let gid = plan.gid.as_ref().and_then(|g| g.as_ref().ok());
+        Self::of_gid(&plan.facts, gid, root)
+    }
+
+    /// Peers resolve the address of the GID memkv sends from, so that GID names the rail: on a
+    /// VLAN it is the VLAN netdev, not the netdev of the port's first (link-local) GIDs.
+    fn of_gid(facts: &PortFacts, gid: Option<&GidChoice>, root: &HostRoot) -> Option<Rail> {
         if facts.link_layer != LinkLayer::Ethernet {
             return None;
         }
-        let netdev = facts
-            .gids
-            .iter()
-            .find_map(|g| g.netdev.clone())
+        let netdev = gid
+            .and_then(|g| g.netdev.clone())
+            .or_else(|| facts.gids.iter().find_map(|g| g.netdev.clone()))
             .or_else(|| {
                 root.list(&format!(
                     "/sys/class/infiniband/{}/device/net",
@@ -44,6 +58,7 @@ impl Rail {
             .iter()
             .filter(|g| g.netdev.as_deref().is_none_or(|n| n == netdev))
             .filter_map(|g| g.gid.ipv4())
+            .chain(gid.and_then(|g| g.gid.ipv4()))
             .collect();
         ipv4.sort();
         ipv4.dedup();
@@ -59,6 +74,21 @@ impl Rail {
         })
     }
 
+    /// The netdev whose DCB, ECN and `ethtool -S` counters carry this rail's traffic: a VLAN's
+    /// one lower device (`lower_<dev>` in sysfs), where `mlnx_qos` configures the port; else the
+    /// rail's own netdev (a bond's several lower devices are not one port).
+    pub fn lossless_netdev(&self, root: &HostRoot) -> String {
+        let lower: Vec<String> = root
+            .list(&format!("/sys/class/net/{}", self.netdev))
+            .into_iter()
+            .filter_map(|e| e.strip_prefix("lower_").map(str::to_owned))
+            .collect();
+        match <[String; 1]>::try_from(lower) {
+            Ok([one]) => one,
+            Err(_) => self.netdev.clone(),
+        }
+    }
+
     pub fn ipv4_text(&self) -> String {
         if self.ipv4.is_empty() {
             return "no IPv4".into();
@@ -71,11 +101,11 @@ impl Rail {
     }
 }
 
-/// Rails of several ports, one per netdev (two ports on one netdev are one rail).
-pub fn rails_of(ports: &[&PortFacts], root: &HostRoot) -> Vec<Rail> {
+/// Rails of several planned ports, one per netdev (two ports on one netdev are one rail).
+pub fn rails_of(plans: &[PortPlan], root: &HostRoot) -> Vec<Rail> {
     let mut rails: Vec<Rail> = Vec::new();
-    for facts in ports {
-        if let Some(rail) = Rail::of_port(facts, root)
+    for plan in plans {
+        if let Some(rail) = Rail::of_plan(plan, root)
             && !rails.iter().any(|r| r.netdev == rail.netdev)
         {
             rails.push(rail);

@@ -5,9 +5,11 @@
 
 use super::finding::Finding;
 use super::host::HostRoot;
+use crate::config::ValueSource;
 use crate::dcb::select::{PREFERRED_DSCP, PREFERRED_PRIORITY};
 use crate::dcb::{DcbDetection, DcbReply, IeeeDcb};
 use crate::policy::PortPlan;
+use crate::types::LinkLayer;
 
 /// Everything `mlnx_qos` is told in the runbook, for one netdev and priority.
 fn mlnx_qos_fix(netdev: &str, priority: u8, dscp: u8) -> String {
@@ -30,12 +32,38 @@ fn pfc_text(mask: u8) -> String {
         .join(",")
 }
 
-/// The priority memkv's RDMA traffic uses on this rail: the detected lossless priority, else the
-/// runbook's priority 3 (what the rail should be configured for).
+/// The priority memkv's RDMA traffic uses on this rail: a configured `service_level` (on RoCE it
+/// is the priority the packets carry, whatever PFC is on), else the detected lossless priority,
+/// else the runbook's priority 3 (what the rail should be configured for).
 pub fn memkv_priority(plan: &PortPlan) -> u8 {
+    if plan.facts.link_layer == LinkLayer::Ethernet
+        && plan.service_level.source == ValueSource::Config
+    {
+        return sl_priority(plan.service_level.value);
+    }
     match &plan.dcb {
         Some(DcbDetection::Lossless { priority, .. }) => *priority,
         _ => PREFERRED_PRIORITY,
+    }
+}
+
+/// The 802.1p priority of a RoCE service level: the priority field has 3 bits, and RoCE drivers
+/// (mlx5) take the low 3 bits of the 4-bit SL.
+fn sl_priority(sl: u8) -> u8 {
+    sl & 7
+}
+
+/// The configured service level and the lossless priority dcbnl reports, when the one overrides
+/// the other.
+fn overridden_priority(plan: &PortPlan) -> Option<(u8, u8)> {
+    match &plan.dcb {
+        Some(DcbDetection::Lossless { priority, .. })
+            if plan.service_level.source == ValueSource::Config
+                && *priority != memkv_priority(plan) =>
+        {
+            Some((plan.service_level.value, *priority))
+        }
+        _ => None,
     }
 }
 
@@ -62,7 +90,7 @@ pub fn rail(
     let mut out = Vec::new();
     match reply {
         Ok(DcbReply::Ieee(dcb)) => {
-            out.push(pfc(netdev, dcb, priority));
+            out.push(pfc(netdev, dcb, priority, overridden_priority(plan)));
             out.push(dscp_map(netdev, dcb, priority));
             out.push(traffic_class(plan, netdev, dcb, priority));
         }
@@ -101,7 +129,8 @@ pub fn rail(
     out
 }
 
-fn pfc(netdev: &str, dcb: &IeeeDcb, priority: u8) -> Finding {
+/// `overridden`: the configured service level and the lossless priority it overrides.
+fn pfc(netdev: &str, dcb: &IeeeDcb, priority: u8, overridden: Option<(u8, u8)>) -> Finding {
     const CHECK: &str = "roce.pfc";
     let mask = dcb.pfc_enabled.unwrap_or(0);
     if mask & (1 << priority) != 0 {
@@ -114,13 +143,25 @@ fn pfc(netdev: &str, dcb: &IeeeDcb, priority: u8) -> Finding {
             ),
         )
     } else {
-        Finding::fail(
+        let configured = overridden.map_or(String::new(), |(sl, _)| {
+            format!(", the priority rdma.service_level {sl} sends on")
+        });
+        let finding = Finding::fail(
             CHECK,
             netdev,
-            format!("PFC off on priority {priority} (pfc {})", pfc_text(mask)),
+            format!(
+                "PFC off on priority {priority}{configured} (pfc {})",
+                pfc_text(mask)
+            ),
         )
         .symptom(RETRY_EXC)
-        .fix(mlnx_qos_fix(netdev, priority, PREFERRED_DSCP))
+        .fix(mlnx_qos_fix(netdev, priority, PREFERRED_DSCP));
+        match overridden {
+            Some((_, lossless)) => finding.fix(format!(
+                "or remove rdma.service_level, so memkv uses the lossless priority {lossless} it detects on {netdev}"
+            )),
+            None => finding,
+        }
     }
 }
 
@@ -180,6 +221,7 @@ fn traffic_class(plan: &PortPlan, netdev: &str, dcb: &IeeeDcb, priority: u8) -> 
     const CHECK: &str = "roce.traffic-class";
     let tc = plan.traffic_class.map_or(0, |t| t.value);
     let sl = plan.service_level.value;
+    let sl_matches = sl_priority(sl) == priority;
     let source = plan
         .traffic_class
         .map_or("default".to_owned(), |t| t.source.to_string());
@@ -193,7 +235,7 @@ fn traffic_class(plan: &PortPlan, netdev: &str, dcb: &IeeeDcb, priority: u8) -> 
         tc >> 2
     );
     if mapped.contains(&(tc >> 2))
-        && sl == priority
+        && sl_matches
         && dcb.pfc_enabled.unwrap_or(0) & (1 << priority) != 0
     {
         Finding::ok(
