@@ -60,7 +60,9 @@ pub fn wire_limits(config: &ServerConfig) -> memkv_proto::Limits {
     memkv_proto::Limits {
         max_value_len: max_value,
         // A frame must hold at least one maximal value plus its batch item header.
-        max_frame_payload: defaults.max_frame_payload.max(max_value + 4096),
+        max_frame_payload: defaults
+            .max_frame_payload
+            .max(max_value + crate::config::FRAME_SLACK_BYTES),
         ..defaults
     }
 }

@@ -1,12 +1,14 @@
 //! What a refused or never-read request leaves behind on a real server: a frame refused for
-//! its MAC takes nothing from the store, and answers a client does not read stay within its
-//! connection's in-flight budget.
+//! its MAC takes nothing from the store, answers a client does not read stay within its
+//! connection's in-flight budget, and a batch get reads no more than its answer carries.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 mod support;
 
-use memkv_proto::{AuthKey, Opcode, Status};
+use memkv_proto::{AuthKey, Opcode, Status, batch};
 use memkv_server::Server;
 use memkv_server::config::ServerConfig;
 use support::raw::connect;
@@ -43,6 +45,46 @@ fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
     let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
     pages * 4096
+}
+
+/// This process's highest RSS, sampled every 2 ms on a thread of its own (a call that blocks
+/// the test's task is measured while it runs) until dropped.
+struct PeakRss {
+    stop: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PeakRss {
+    fn start() -> PeakRss {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peak = Arc::new(AtomicU64::new(rss_bytes()));
+        let (s, p) = (Arc::clone(&stop), Arc::clone(&peak));
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                p.fetch_max(rss_bytes(), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        PeakRss {
+            stop,
+            peak,
+            thread: Some(thread),
+        }
+    }
+
+    fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for PeakRss {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// A memory-mode server filled with acknowledged 1 MiB values ("v0", "v1", ...) to within
@@ -157,6 +199,99 @@ async fn unread_get_answers_stay_within_the_connections_inflight_budget() {
         grown >> 20
     );
     drop(c);
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Every request holds budget until its answer is written, not only its payload's and its
+/// answer's bytes: a drive-backed server gives each request a task and an answer, so requests
+/// with empty payloads (Exists, here), sent and never answered-for, grew the server about 1 KiB
+/// each (200,000 of them: about 200 MiB) past a budget of 1 MiB.
+#[tokio::test]
+async fn unread_requests_with_empty_payloads_stay_within_the_connections_inflight_budget() {
+    let _serial = SERIAL.lock().await;
+    let dir = drive_dir("empty-payloads");
+    let extra = format!(
+        "limits:\n  max_value_size: 1 MiB\n  per_connection_inflight_bytes: 1 MiB\nstorage:\n  mode: file\n  block_size: 1 MiB\n  drives:\n    - media: {}\n      size: 64 MiB\n",
+        dir.join("d0").display()
+    );
+    let server = Server::start(config(&extra)).await.unwrap();
+    let mut c = connect(server.data_addr(), key()).await.unwrap();
+    let requests = 200_000;
+    let mut wire = Vec::with_capacity(requests * 80);
+    for _ in 0..requests {
+        wire.extend(c.frame(Opcode::Exists, b"k", &[]));
+    }
+    let sent = wire.len() as u64;
+    let before = rss_bytes();
+    let sampler = PeakRss::start();
+    // A server that keeps to the budget stops reading once it is spent, and the socket
+    // buffers may not hold the rest: then the send does not finish, which is the point.
+    let _ = tokio::time::timeout(Duration::from_secs(3), c.send(&wire)).await;
+    drop(wire);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let grown = sampler.peak().saturating_sub(before);
+    drop(sampler);
+    eprintln!(
+        "{requests} unread Exists grew the process by {} KiB",
+        grown >> 10
+    );
+    assert!(
+        grown < 64 << 20,
+        "{requests} unread Exists requests ({} MiB on the wire) grew the server by {} MiB \
+         (per_connection_inflight_bytes: 1 MiB)",
+        sent >> 20,
+        grown >> 20
+    );
+    drop(c);
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A batch get's answer carries at most a frame of values (256 MiB here); a drive-backed server
+/// used to read every value the batch named first and drop what did not fit after, so one
+/// BatchGet naming a 32 MiB key 32 times made it read 1 GiB for an answer of 7 values (and
+/// 16384 names of a 64 MiB key, 1 TiB). The values that do not fit are now refused unread.
+#[tokio::test]
+async fn a_file_mode_batch_get_reads_no_more_values_than_its_answer_carries() {
+    let _serial = SERIAL.lock().await;
+    let dir = drive_dir("batch-get-room");
+    let extra = format!(
+        "limits:\n  max_value_size: 32 MiB\nstorage:\n  mode: file\n  file_reads: pread\n  block_size: 1 MiB\n  drives:\n    - media: {}\n      size: 128 MiB\n",
+        dir.join("d0").display()
+    );
+    let server = Server::start(config(&extra)).await.unwrap();
+    let mut c = connect(server.data_addr(), key()).await.unwrap();
+    let value = vec![0x42; 32 << 20];
+    assert_eq!(c.call(Opcode::TcpPut, b"big", &value).await.0, Status::Ok);
+    drop(value);
+    let payload = batch::encode_keys(&[&b"big"[..]; 32]);
+    let before = rss_bytes();
+    let sampler = PeakRss::start();
+    let (status, body) = c.call(Opcode::BatchGet, &[], &payload).await;
+    assert_eq!(status, Status::Ok);
+    let items = batch::decode_get_response(&body, &memkv_proto::Limits::DEFAULT).unwrap();
+    let statuses: Vec<Status> = items.iter().map(|i| i.status).collect();
+    drop(body);
+    std::thread::sleep(Duration::from_millis(50));
+    let grown = sampler.peak().saturating_sub(before);
+    drop(sampler);
+    eprintln!(
+        "a BatchGet of 32 x 32 MiB grew the process by {} MiB",
+        grown >> 20
+    );
+    let fitted = statuses.iter().filter(|s| **s == Status::Ok).count();
+    assert_eq!(fitted, 7, "{statuses:?}");
+    assert!(
+        statuses[7..].iter().all(|s| *s == Status::TooLarge),
+        "{statuses:?}"
+    );
+    // The answer, held by the server and then by this test, plus slack.
+    assert!(
+        grown < 640 << 20,
+        "one BatchGet of 32 x 32 MiB (an answer of {fitted} values) grew the process by {} MiB",
+        grown >> 20
+    );
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -473,6 +473,59 @@ async fn two_phase_put_and_pinned_lookup_over_tcp_control() {
     server.shutdown().await.unwrap();
 }
 
+/// Allocate hands out space as it is, and Commit publishes the bytes there once they hash to
+/// the checksum given, so a client that never wrote them can publish them only by knowing their
+/// hash. A fresh reservation may hold a deleted value's bytes: a refused Commit names no hash
+/// but the one the client sent, or a client could Allocate, learn the hash, Allocate again and
+/// publish, under its own key, a value another client deleted.
+#[tokio::test]
+async fn a_refused_commit_names_no_hash_of_bytes_the_client_never_wrote() {
+    use memkv_proto::messages::{AllocateRequest, AllocateResponse, CommitRequest};
+    let server = Server::start(config("")).await.unwrap();
+    let key = AuthKey::from_hex(KEY_HEX).unwrap();
+    let mut owner = connect(server.data_addr(), key.clone()).await.unwrap();
+    let secret: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 13) as u8).collect();
+    let put = owner.call(Opcode::TcpPut, b"secret", &secret).await;
+    assert_eq!(put.0, Status::Ok);
+    let deleted = owner.call(Opcode::TcpDelete, b"secret", &[]).await;
+    assert_eq!(deleted.0, Status::Ok);
+
+    let mut other = connect(server.data_addr(), key).await.unwrap();
+    let alloc = AllocateRequest {
+        len: 4096,
+        lease_ms: 0,
+    }
+    .encode();
+    for guess in [0, 1, u64::MAX] {
+        let (status, body) = other.call(Opcode::Allocate, b"stolen", &alloc).await;
+        assert_eq!(status, Status::Ok);
+        let reservation = AllocateResponse::decode(&body).unwrap().reservation;
+        let commit = CommitRequest {
+            reservation,
+            checksum: guess,
+        };
+        let (status, message) = other.call(Opcode::Commit, &[], &commit.encode()).await;
+        let message = String::from_utf8_lossy(&message).into_owned();
+        assert_eq!(status, Status::ChecksumMismatch, "{message}");
+        let named: Vec<u64> = message
+            .split("0x")
+            .skip(1)
+            .map(|hex| {
+                let digits: String = hex.chars().take_while(char::is_ascii_hexdigit).collect();
+                u64::from_str_radix(&digits, 16).unwrap()
+            })
+            .collect();
+        assert_eq!(named, [guess], "the refusal names another hash: {message}");
+    }
+    let (status, _) = other.call(Opcode::TcpGet, b"stolen", &[]).await;
+    assert_eq!(
+        status,
+        Status::NotFound,
+        "bytes nobody wrote were published"
+    );
+    server.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_shared_memory_commit_is_refused_for_another_arena_and_trusted_for_this_one() {
     use memkv_proto::local::LocalAttachResponse;

@@ -21,8 +21,10 @@ pub enum StoreError {
     /// The request itself is invalid (bad config, wrong mode, misuse of a reservation).
     #[error("bad request: {0}")]
     BadRequest(String),
-    /// The checksum given at commit does not match the bytes in the reservation.
-    #[error("checksum mismatch: expected {expected:#018x}, bytes hash to {actual:#018x}")]
+    /// The checksum given at commit does not match the bytes in the reservation. The message
+    /// leaves `actual` out: it goes back to the client, which may not have written those bytes
+    /// (a reservation holds whatever its space held before), and must not learn their hash.
+    #[error("checksum mismatch: the bytes do not hash to the expected {expected:#018x}")]
     ChecksumMismatch { expected: u64, actual: u64 },
     /// On-disk format written by a newer build.
     #[error("unsupported on-disk format version {found} (this build supports up to {supported})")]

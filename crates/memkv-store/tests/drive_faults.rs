@@ -414,7 +414,11 @@ fn gets_into_the_drives_buffers_miss_the_values_of_a_vanished_drive() {
     let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
     let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
     let (mut found, mut missed) = (0, 0);
-    for (i, got) in store.get_parts_batch(&keys).into_iter().enumerate() {
+    for (i, got) in store
+        .get_parts_batch(&keys, u64::MAX)
+        .into_iter()
+        .enumerate()
+    {
         match got.unwrap() {
             Some(parts) => {
                 assert!(

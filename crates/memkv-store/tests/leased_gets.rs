@@ -123,7 +123,7 @@ fn a_batch_reads_what_fits_the_buffers_at_once_and_the_rest_the_usual_way() {
     let mut keys: Vec<&[u8]> = values.iter().map(|(k, _)| k.as_bytes()).collect();
     keys.insert(3, b"absent");
     keys.insert(7, b"");
-    let got = store.get_parts_batch(&keys);
+    let got = store.get_parts_batch(&keys, u64::MAX);
     assert_eq!(got.len(), keys.len());
     assert!(
         got[3].as_ref().unwrap().is_none(),
@@ -145,4 +145,51 @@ fn a_batch_reads_what_fits_the_buffers_at_once_and_the_rest_the_usual_way() {
         "some values leased, the rest read the usual way: {leased} of {}",
         values.len()
     );
+}
+
+/// A batch answer has room for so many bytes of values: a value that does not fit in what the
+/// earlier ones left is refused without being read, in every mode, and a smaller one after it
+/// still fits.
+#[test]
+fn a_batch_reads_values_only_while_they_fit_its_answer() {
+    let dir = TempDir::on_disk("leased-gets-room");
+    let direct = TempDir::on_disk("leased-gets-room-direct");
+    let configs = [
+        memkv_store::StoreConfig::memory(32 << 20),
+        file_config(&dir, 1, 32 << 20, 1 << 20),
+        direct_config(&direct, 1, 32 << 20, 1 << 20),
+    ];
+    for config in configs {
+        let mode = format!("{:?}", config.mode);
+        let store = Store::open(config).unwrap();
+        let (big, small) = (value(1 << 20, 1), value(1000, 2));
+        store.put(b"big", &big).unwrap();
+        store.put(b"small", &small).unwrap();
+        let keys: [&[u8]; 6] = [b"big", b"big", b"big", b"small", b"absent", b""];
+        let got = store.get_parts_batch(&keys, (5 << 19) + 1000);
+        let outcome: Vec<String> = got
+            .iter()
+            .map(|r| match r {
+                Ok(Some(v)) => format!("{} bytes", v.len()),
+                Ok(None) => "miss".into(),
+                Err(memkv_store::StoreError::TooLarge { len, limit, .. }) => {
+                    format!("no room for {len} in {limit}")
+                }
+                Err(e) => e.to_string(),
+            })
+            .collect();
+        assert_eq!(
+            outcome,
+            [
+                "1048576 bytes",
+                "1048576 bytes",
+                "no room for 1048576 in 525288",
+                "1000 bytes",
+                "miss",
+                "bad request: key must not be empty",
+            ],
+            "{mode}"
+        );
+        assert!(got[3].as_ref().unwrap().as_ref().unwrap().to_vec() == small);
+    }
 }

@@ -21,6 +21,11 @@ pub const DEFAULT_RDMA_MTU: u32 = 4096;
 pub const DEFAULT_RDMA_STAGING_SIZE: ByteSize = ByteSize::mib(256);
 pub const RDMA_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
 pub const DEFAULT_MAX_VALUE_SIZE: ByteSize = ByteSize::mib(64);
+/// Room a frame keeps beside its largest value: a batch answer's count and item header.
+pub const FRAME_SLACK_BYTES: u64 = 4096;
+/// The largest `limits.max_value_size`: a frame's payload length is 32 bits, and the frame
+/// limit is one value plus [`FRAME_SLACK_BYTES`].
+pub const MAX_VALUE_SIZE_LIMIT: ByteSize = ByteSize(u32::MAX as u64 - FRAME_SLACK_BYTES);
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
 pub const DEFAULT_INFLIGHT_BYTES: ByteSize = ByteSize::mib(256);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);

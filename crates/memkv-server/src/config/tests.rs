@@ -653,3 +653,36 @@ fn tcp_congestion_is_a_kernel_algorithm_name() {
         assert!(err.contains("1-15 letters"), "{err}");
     }
 }
+
+/// A frame's payload length is 32 bits: a larger value limit would let a get of such a value
+/// overflow its answer's length.
+#[test]
+fn max_value_size_stops_at_what_a_frame_can_carry() {
+    let limits = |size: &str| {
+        format!(
+            "network:\n  auth_key: {KEY}\nlimits:\n  max_value_size: {size}\n  per_connection_inflight_bytes: 8 GiB\n"
+        )
+    };
+    let largest = parse(&limits("4294963199")).unwrap();
+    assert_eq!(largest.limits.max_value_size, MAX_VALUE_SIZE_LIMIT);
+    let frame = crate::store_config::wire_limits(&largest).max_frame_payload;
+    assert_eq!(frame, u64::from(u32::MAX));
+    for (over, shown) in [
+        ("4294963200", "4194300 KiB"),
+        ("4 GiB", "4 GiB"),
+        ("1 TiB", "1 TiB"),
+    ] {
+        let err = error_of(&limits(over));
+        assert_eq!(err.kind, ConfigErrorKind::InvalidValue);
+        assert_eq!(
+            (err.key.as_deref(), err.line),
+            (Some("limits.max_value_size"), Some(4))
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("{shown} exceeds 4294963199 B"))
+                && text.contains("the largest value a frame can carry"),
+            "{text}"
+        );
+    }
+}

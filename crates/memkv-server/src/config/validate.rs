@@ -338,6 +338,15 @@ impl Checker<'_> {
         if max_value_size.bytes() == 0 {
             return Err(self.invalid("limits.max_value_size", "must be at least 1 byte"));
         }
+        if max_value_size > MAX_VALUE_SIZE_LIMIT {
+            return Err(self.invalid(
+                "limits.max_value_size",
+                format!(
+                    "{max_value_size} exceeds {MAX_VALUE_SIZE_LIMIT}, the largest value a frame \
+                     can carry (a frame's payload length is 32 bits)"
+                ),
+            ));
+        }
         let inflight = self.size(
             "limits.per_connection_inflight_bytes",
             raw.per_connection_inflight_bytes.as_ref(),

@@ -38,6 +38,15 @@ pub(super) fn fail(h: &Header, e: &StoreError) -> Outgoing {
     if matches!(e, StoreError::Io(_) | StoreError::Corrupt(_)) {
         tracing::warn!(op = h.opcode.name(), error = %e, "storage error");
     }
+    if let StoreError::ChecksumMismatch { expected, actual } = e {
+        // Kept out of the answer (see StoreError::ChecksumMismatch); here for whoever debugs.
+        tracing::debug!(
+            op = h.opcode.name(),
+            expected = format_args!("{expected:#018x}"),
+            actual = format_args!("{actual:#018x}"),
+            "checksum mismatch"
+        );
+    }
     Outgoing::error(h, store_status(e), &e.to_string())
 }
 
@@ -310,8 +319,10 @@ fn batch_get(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
         Ok(keys) => keys,
         Err(e) => return bad(h, &e),
     };
-    let mut budget = shared.limits.max_frame_payload.saturating_sub(4);
-    let found = shared.store.get_parts_batch(&keys);
+    // Every item's header is sent; the values share what is left of the frame.
+    let headers = 4 + keys.len() as u64 * GET_ITEM_HEADER_LEN as u64;
+    let room = shared.limits.max_frame_payload.saturating_sub(headers);
+    let found = shared.store.get_parts_batch(&keys, room);
     let items = keys
         .iter()
         .zip(found)
@@ -321,16 +332,13 @@ fn batch_get(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
             } else {
                 found
             };
+            // A value with no room left in the frame comes back `TooLarge`, unread.
             let (status, value) = match found {
-                Ok(Some(v)) if GET_ITEM_HEADER_LEN as u64 + v.len() <= budget => {
-                    (Status::Ok, Some(v))
-                }
-                Ok(Some(_)) => (Status::TooLarge, None),
+                Ok(Some(v)) => (Status::Ok, Some(v)),
                 Ok(None) => (Status::NotFound, None),
                 Err(e) => (store_status(&e), None),
             };
             let len = value.as_ref().map_or(0, |v| v.len());
-            budget = budget.saturating_sub(GET_ITEM_HEADER_LEN as u64 + len);
             let sum = value.as_ref().map_or(0, |v| v.checksum());
             (batch::get_item_header(status, len as u32, sum), value)
         })

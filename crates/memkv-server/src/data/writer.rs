@@ -75,6 +75,15 @@ impl Outgoing {
         )
     }
 
+    /// This answer, holding its request's share of the connection's in-flight budget until
+    /// it is on the wire.
+    pub fn holding(self, permit: OwnedSemaphorePermit) -> Outgoing {
+        Outgoing {
+            _permit: Some(permit),
+            ..self
+        }
+    }
+
     pub fn payload_len(&self) -> u64 {
         body_parts(&self.body).iter().map(|p| p.len() as u64).sum()
     }

@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use memkv_proto::{Flags, HEADER_LEN, Header, Status};
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::{Closed, Connection, read_exact_within, record};
 use crate::config::StorageMode;
@@ -28,16 +29,21 @@ const DRAIN_PIECE: usize = 64 << 10;
 
 impl Connection {
     /// Reads a TcpPut's value straight to where it is stored when the storage mode allows,
-    /// and answers it. `Ok(false)`: nothing of the value was read; read it the usual way.
-    pub(super) async fn put_straight(&mut self, put: PutFrame<'_>) -> Result<bool, Closed> {
+    /// and answers it, the answer holding `permit`. `Ok(Some(permit))`: nothing of the value
+    /// was read; read it the usual way.
+    pub(super) async fn put_straight(
+        &mut self,
+        put: PutFrame<'_>,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<Option<OwnedSemaphorePermit>, Closed> {
         // A MAC over the payload is checked over the whole payload, held in one buffer.
         if put.header.flags.contains(Flags::PAYLOAD_MAC) {
-            return Ok(false);
+            return Ok(Some(permit));
         }
         match self.shared.config.storage.mode {
-            StorageMode::Memory => self.put_in_place(put).await,
-            StorageMode::Direct => self.put_direct_in_place(put).await,
-            StorageMode::File => Ok(false),
+            StorageMode::Memory => self.put_in_place(put, permit).await.map(|()| None),
+            StorageMode::Direct => self.put_direct_in_place(put, permit).await,
+            StorageMode::File => Ok(Some(permit)),
         }
     }
 
@@ -46,11 +52,15 @@ impl Connection {
     /// made, since making it may evict values: a frame refused for its MAC takes nothing. A
     /// put whose value never arrives (the client left) has made its room all the same, as it
     /// would have had it completed; its reservation is given back.
-    async fn put_in_place(&mut self, put: PutFrame<'_>) -> Result<bool, Closed> {
+    async fn put_in_place(
+        &mut self,
+        put: PutFrame<'_>,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<(), Closed> {
         let (raw, key) = (put.raw, put.key);
         let header = match self.opener.verify_before_payload(raw, key) {
             Ok(h) => h,
-            Err(e) => return self.refuse(raw, e).await.map(|()| true),
+            Err(e) => return self.refuse(raw, e).await,
         };
         let len = header.payload_len as usize;
         let mut reservation = match self.shared.store.allocate(key, len as u64) {
@@ -59,7 +69,9 @@ impl Connection {
                 // The frame is spent (its sequence number verified): the value is read and
                 // dropped, and the store's refusal answers it.
                 let out = Outgoing::error(&header, store_status(&e), &e.to_string());
-                return self.drain_and_answer(len, out, &header, put.started).await;
+                return self
+                    .drain_and_answer(len, out.holding(permit), &header, put.started)
+                    .await;
             }
         };
         let id = reservation.id();
@@ -74,7 +86,9 @@ impl Connection {
                 Status::Internal,
                 "a memory store reserved no memory",
             );
-            return self.drain_and_answer(len, out, &header, put.started).await;
+            return self
+                .drain_and_answer(len, out.holding(permit), &header, put.started)
+                .await;
         }
         let idle = self.idle();
         // In pieces, each hashed as soon as it lands, while it is still in cache: the commit
@@ -96,7 +110,7 @@ impl Connection {
             Err(e) => Outgoing::error(&header, store_status(&e), &e.to_string()),
         };
         record(&self.shared, &self.client.entry, &out, &header, put.started);
-        self.send(out).await.map(|()| true)
+        self.send(out.holding(permit)).await
     }
 
     /// Reads and drops a verified frame's `len` payload bytes, then sends `out` for it.
@@ -106,7 +120,7 @@ impl Connection {
         out: Outgoing,
         header: &Header,
         started: Instant,
-    ) -> Result<bool, Closed> {
+    ) -> Result<(), Closed> {
         let idle = self.idle();
         let mut scratch = vec![0u8; len.min(DRAIN_PIECE)];
         let mut left = len;
@@ -116,15 +130,19 @@ impl Connection {
             left -= n;
         }
         record(&self.shared, &self.client.entry, &out, header, started);
-        self.send(out).await.map(|()| true)
+        self.send(out).await
     }
 
     /// Direct mode: verifies a TcpPut from its header and key, then reads its value straight
     /// into the drives' registered buffers, each piece written as soon as it is full. The
     /// commit runs on a blocking thread and answers out of order, as other drive-backed
-    /// requests do. `Ok(false)` when the store had no free room or buffers to spare now (or
-    /// refused the put): nothing was read, and the caller reads the value the usual way.
-    async fn put_direct_in_place(&mut self, put: PutFrame<'_>) -> Result<bool, Closed> {
+    /// requests do. `Ok(Some(permit))` when the store had no free room or buffers to spare now
+    /// (or refused the put): nothing was read, and the caller reads the value the usual way.
+    async fn put_direct_in_place(
+        &mut self,
+        put: PutFrame<'_>,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<Option<OwnedSemaphorePermit>, Closed> {
         let PutFrame {
             raw,
             header,
@@ -135,13 +153,13 @@ impl Connection {
         // Room and buffers first: once the frame is verified its sequence number is spent, so
         // falling back to the usual path (which verifies it) must be decided before.
         let Ok(Some(mut fill)) = self.shared.store.put_in_place(key, len) else {
-            return Ok(false);
+            return Ok(Some(permit));
         };
         let header = match self.opener.verify_before_payload(raw, key) {
             Ok(h) => h,
             Err(e) => {
                 drop(fill);
-                return self.refuse(raw, e).await.map(|()| true);
+                return self.refuse(raw, e).await.map(|()| None);
             }
         };
         let idle = self.idle();
@@ -153,12 +171,12 @@ impl Connection {
             }
             fill.piece_filled();
         }
-        self.answer_when_done(header, started, move |_, header| {
+        self.answer_when_done(header, started, permit, move |_, header| {
             match fill.commit(header.checksum) {
                 Ok(()) => Outgoing::new(header, Status::Ok, Body::Empty),
                 Err(e) => Outgoing::error(header, store_status(&e), &e.to_string()),
             }
         });
-        Ok(true)
+        Ok(None)
     }
 }

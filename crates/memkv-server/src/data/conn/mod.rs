@@ -10,8 +10,9 @@ use memkv_proto::{HEADER_LEN, Header, Opcode, Opener, ProtoError, Status};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedReadHalf;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 
+mod budget;
 mod in_place;
 
 use super::dispatch::execute;
@@ -30,8 +31,6 @@ const RESPONSE_QUEUE: usize = 256;
 /// closing does not reset the connection before the client has read the refusal.
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: u64 = 64 << 20;
-/// The in-flight byte budget is counted in units of this many bytes.
-const BUDGET_UNIT: u64 = 1024;
 
 /// Serves one connection until the peer leaves, it misbehaves, or the server drains.
 pub async fn serve(
@@ -70,8 +69,7 @@ pub async fn serve(
     ));
     let mut conn = Connection {
         outstanding,
-        budget_units: budget_units(&shared),
-        budget: Arc::new(Semaphore::new(budget_units(&shared) as usize)),
+        budget: budget::Budget::new(shared.config.limits.per_connection_inflight_bytes.0),
         shared,
         read,
         opener: session.opener,
@@ -102,11 +100,6 @@ pub async fn serve(
     let _ = writer.await;
 }
 
-fn budget_units(shared: &Shared) -> u64 {
-    (shared.config.limits.per_connection_inflight_bytes.0 / BUDGET_UNIT)
-        .clamp(1, u64::from(u32::MAX >> 3))
-}
-
 struct Connection {
     shared: Arc<Shared>,
     /// Request ids read and not yet answered (the writer removes them).
@@ -114,8 +107,7 @@ struct Connection {
     read: OwnedReadHalf,
     opener: Opener,
     tx: mpsc::Sender<Outgoing>,
-    budget: Arc<Semaphore>,
-    budget_units: u64,
+    budget: budget::Budget,
     peer: SocketAddr,
     /// RDMA queue pairs this client connected; they live as long as the connection.
     queue_pairs: Vec<Arc<memkv_rdma::RcQueuePair>>,
@@ -226,26 +218,25 @@ impl Connection {
                 ));
                 return self.refuse(&raw, e).await;
             }
+            let mut permit = self.budget.request(&header).await;
             let mut key = vec![0u8; usize::from(header.key_len)];
             read_exact_within(&mut self.read, &mut key, idle).await?;
-            if header.opcode == Opcode::TcpPut
-                && self
-                    .put_straight(in_place::PutFrame {
-                        raw: &raw,
-                        header: &header,
-                        key: &key,
-                        started,
-                    })
-                    .await?
-            {
-                continue;
+            if header.opcode == Opcode::TcpPut {
+                let put = in_place::PutFrame {
+                    raw: &raw,
+                    header: &header,
+                    key: &key,
+                    started,
+                };
+                match self.put_straight(put, permit).await? {
+                    Some(unread) => permit = unread,
+                    None => continue,
+                }
             }
-            let units =
-                (u64::from(header.payload_len).div_ceil(BUDGET_UNIT)).min(self.budget_units) as u32;
-            let permit = Arc::clone(&self.budget)
-                .acquire_many_owned(units)
-                .await
-                .expect("never closed");
+            let permit = self
+                .budget
+                .grow(permit, u64::from(header.payload_len))
+                .await;
             let payload = read_payload_within(&mut self.read, header.payload_len, idle).await?;
             // Puts are checked against their checksum by the store as it commits them.
             let store_checks = matches!(header.opcode, Opcode::TcpPut);
@@ -256,14 +247,14 @@ impl Connection {
                 Err(e @ ProtoError::ChecksumMismatch { .. }) => {
                     let out = Outgoing::error(&header, e.status(), &e.to_string());
                     record(&self.shared, &self.client.entry, &out, &header, started);
-                    self.send(out).await?;
+                    self.send(out.holding(permit)).await?;
                     continue;
                 }
                 Err(e) => return self.refuse(&raw, e).await,
             }
-            let permit = self
-                .with_answer_budget(permit, units, &header, &key, &payload)
-                .await;
+            // A drive-backed get's answer holds the values it read until it is written.
+            let answer = super::dispatch::answer_bytes(&self.shared, &header, &key, &payload);
+            let permit = self.budget.grow(permit, answer).await;
             if header.opcode == Opcode::Connect {
                 let out = super::connect::connect_rdma(
                     &self.shared,
@@ -274,43 +265,17 @@ impl Connection {
                 )
                 .await;
                 record(&self.shared, &self.client.entry, &out, &header, started);
-                self.send(out).await?;
+                self.send(out.holding(permit)).await?;
                 continue;
             }
             if header.opcode == Opcode::LocalAttach {
                 let out = crate::local::attach::answer(&self.shared, &self.client.entry, &header);
                 record(&self.shared, &self.client.entry, &out, &header, started);
-                self.send(out).await?;
+                self.send(out.holding(permit)).await?;
                 continue;
             }
             self.dispatch(header, key, payload, permit, started).await?;
         }
-    }
-
-    /// Adds to a request's budget the memory its answer will hold until it is sent (values
-    /// read off the drives for a get), so a client that does not read its answers cannot make
-    /// one connection hold more than `limits.per_connection_inflight_bytes`: the connection
-    /// reads no further request until answers have gone out. Never more than the whole budget
-    /// with what `permit` holds (`taken` units), so one request alone always proceeds.
-    async fn with_answer_budget(
-        &self,
-        mut permit: tokio::sync::OwnedSemaphorePermit,
-        taken: u32,
-        header: &Header,
-        key: &[u8],
-        payload: &[u8],
-    ) -> tokio::sync::OwnedSemaphorePermit {
-        let bytes = super::dispatch::answer_bytes(&self.shared, header, key, payload);
-        let room = self.budget_units.saturating_sub(u64::from(taken));
-        let units = bytes.div_ceil(BUDGET_UNIT).min(room) as u32;
-        if units > 0 {
-            let more = Arc::clone(&self.budget)
-                .acquire_many_owned(units)
-                .await
-                .expect("never closed");
-            permit.merge(more);
-        }
-        permit
     }
 
     async fn dispatch(
@@ -318,30 +283,29 @@ impl Connection {
         header: Header,
         key: Vec<u8>,
         payload: Vec<u8>,
-        permit: tokio::sync::OwnedSemaphorePermit,
+        permit: OwnedSemaphorePermit,
         started: Instant,
     ) -> Result<(), Closed> {
         if self.shared.config.storage.mode == StorageMode::Memory {
-            let mut out = execute(&self.shared, &header, &key, payload);
-            out._permit = Some(permit);
+            let out = execute(&self.shared, &header, &key, payload);
             record(&self.shared, &self.client.entry, &out, &header, started);
-            return self.send(out).await;
+            return self.send(out.holding(permit)).await;
         }
         // File mode blocks on disk: run it off the runtime and let it complete out of order.
-        self.answer_when_done(header, started, move |shared, header| {
-            let mut out = execute(shared, header, &key, payload);
-            out._permit = Some(permit);
-            out
+        self.answer_when_done(header, started, permit, move |shared, header| {
+            execute(shared, header, &key, payload)
         });
         Ok(())
     }
 
     /// Runs `work` on a blocking thread (drive-backed requests block on the drives) and sends
-    /// its answer when it is done, out of order with the connection's other answers.
+    /// its answer when it is done, out of order with the connection's other answers. The
+    /// request's `permit` is held until that answer is written.
     fn answer_when_done(
         &self,
         request: Header,
         started: Instant,
+        permit: OwnedSemaphorePermit,
         work: impl FnOnce(&Shared, &Header) -> Outgoing + Send + 'static,
     ) {
         let shared = Arc::clone(&self.shared);
@@ -352,7 +316,7 @@ impl Connection {
                 let out = work(&shared, &request);
                 shared.sync_store_metrics();
                 record(&shared, &client, &out, &request, started);
-                out
+                out.holding(permit)
             })
             .await;
             if let Ok(out) = done {
