@@ -19,8 +19,9 @@ fn to_bytes(value: Option<Vec<u8>>) -> Option<Py<PyBytes>> {
     value.map(|v| Python::attach(|py| PyBytes::new(py, &v).unbind()))
 }
 
-/// An asyncio memkv client.
-#[pyclass(module = "memkv._memkv", frozen)]
+/// An asyncio memkv client. Subclassed by `memkv.AsyncClient` (python/memkv/__init__.py),
+/// which keeps a cancelled read's buffers until the read lets go of them.
+#[pyclass(module = "memkv._memkv", frozen, subclass)]
 pub struct AsyncClient {
     shared: Arc<Shared>,
 }
@@ -37,7 +38,7 @@ impl AsyncClient {
         timeout_ms: Option<u64>,
         config: Option<std::path::PathBuf>,
     ) -> PyResult<AsyncClient> {
-        crate::runtime::install_for_asyncio();
+        crate::runtime::install_for_asyncio()?;
         let args = Args::from_py(servers, auth_key, transport, timeout_ms, config)?;
         Ok(AsyncClient {
             shared: Arc::new(Shared::connect(py, args)?),
@@ -76,7 +77,7 @@ impl AsyncClient {
         let key = keys::key(key)?;
         let buf = ByteBuffer::writable(buffer, "buffer")?;
         future_into_py(py, async move {
-            let (result, _buffer) = c.get_into_destination(&key, buf).await;
+            let (result, _buffer) = regions::get_into(&c, &key, buf).await;
             result.map_err(to_py)
         })
     }

@@ -15,6 +15,20 @@ pub struct ByteBuffer {
     // Boxed: the exporter may keep pointers into the `Py_buffer` it filled in.
     view: Box<ffi::Py_buffer>,
     writable: bool,
+    /// Dropped just after the buffer is released, to tell whoever watches (`Self::watch`).
+    released: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Resolves once every watched buffer has been released ([`ByteBuffer::watch`]).
+pub struct Released(Vec<tokio::sync::oneshot::Receiver<()>>);
+
+impl Released {
+    pub async fn all(self) {
+        for done in self.0 {
+            // Err is the signal: the sender was dropped with its buffer.
+            let _ = done.await;
+        }
+    }
 }
 
 // SAFETY: a `Py_buffer` is plain data describing memory that stays valid until released;
@@ -63,7 +77,33 @@ impl ByteBuffer {
                 obj.get_type().name()?
             )));
         }
-        Ok(ByteBuffer { view, writable })
+        Ok(ByteBuffer {
+            view,
+            writable,
+            released: None,
+        })
+    }
+
+    /// Watches `buffers` for their release. A get lends its buffers to the client's reader,
+    /// which may still hold one when the call ends (a deadline passed while its value was
+    /// arriving; it lets go at once, `memkv_client::ReadDestination`): the call must not
+    /// return to Python, which may then free or reuse the memory, before they are released.
+    pub fn watch(buffers: &mut [ByteBuffer]) -> Released {
+        Released(
+            buffers
+                .iter_mut()
+                .map(|b| {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    b.released = Some(tx);
+                    rx
+                })
+                .collect(),
+        )
+    }
+
+    /// Stops watching: a buffer that came back is the caller's, released or not.
+    pub fn unwatch(&mut self) {
+        self.released.take();
     }
 
     pub fn len(&self) -> usize {
@@ -137,6 +177,7 @@ impl Drop for ByteBuffer {
             // exactly once, here.
             unsafe { ffi::PyBuffer_Release(&mut *self.view) }
         });
+        self.released.take();
     }
 }
 

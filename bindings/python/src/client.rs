@@ -12,11 +12,12 @@ use crate::config::Args;
 use crate::errors::{collect, none, plain, to_py};
 use crate::keys;
 use crate::regions::{self, Regions};
-use crate::runtime::block_on;
+use crate::runtime::{MadeIn, block_on};
 
 /// The Rust client behind a Python object, until `close()`.
 pub struct Shared {
     client: Mutex<Option<RustClient>>,
+    made_in: MadeIn,
     /// Buffers handed to `register`, kept alive (and exported) as long as the client.
     pub regions: Regions,
 }
@@ -27,12 +28,14 @@ impl Shared {
         let client = block_on(py, RustClient::connect(config)).map_err(to_py)?;
         Ok(Shared {
             client: Mutex::new(Some(client)),
+            made_in: MadeIn::here(),
             regions: Regions::default(),
         })
     }
 
     /// A handle to the client (cheap: clones share connections), or why there is none.
     pub fn get(&self) -> PyResult<RustClient> {
+        self.made_in.check("client")?;
         self.client
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -42,6 +45,14 @@ impl Shared {
 
     pub fn close(&self) {
         let client = self.client.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if !self.made_in.is_here() {
+            // In a fork, the client's sockets are still registered with the parent's event
+            // loop (one epoll instance, shared across the fork): dropping them here would
+            // deregister them there too. The parent's objects are left as they are.
+            std::mem::forget(client);
+            self.regions.forget();
+            return;
+        }
         drop(client);
         self.regions.clear();
     }
@@ -67,6 +78,14 @@ impl Shared {
         let client = self.get()?;
         py.detach(|| self.regions.register(&client, buffer))
             .map_err(to_py)
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if !self.made_in.is_here() {
+            self.close();
+        }
     }
 }
 
@@ -209,7 +228,7 @@ impl Client {
             }
             None => {
                 // The buffer comes back to be released here, with the GIL held.
-                let (result, _buffer) = block_on(py, c.get_into_destination(&key, buf));
+                let (result, _buffer) = block_on(py, regions::get_into(&c, &key, buf));
                 result.map_err(to_py)
             }
         }

@@ -69,8 +69,13 @@ impl Outcome {
             if !error.is_empty() {
                 error.push_str("; ");
             }
+            let missed = if op == "get" {
+                "not found, or shorter than their buffers"
+            } else {
+                "not found"
+            };
             error.push_str(&format!(
-                "{op}: {} of {total} keys not found: {}",
+                "{op}: {} of {total} keys {missed}: {}",
                 misses.len(),
                 misses.join(", ")
             ));
@@ -195,9 +200,17 @@ impl MemkvConnector {
         let bufs = writable_all(buffers, "buffers")?;
         check_counts(keys.len(), bufs.len())?;
         let routed = self.shared.regions.route(&bufs);
+        // A value shorter than its buffer leaves the rest of it stale: not loaded (LMCache's own
+        // adapters count a short read as a failure too).
+        let sizes: Vec<usize> = bufs.iter().map(ByteBuffer::len).collect();
         Ok(self.spawn(async move {
             let (results, bufs) = regions::get_many_into(&c, routed, &keys, bufs).await;
-            let outcome = Outcome::of("get", &keys, results, Option::is_some, true, true);
+            let whole = results
+                .into_iter()
+                .zip(sizes)
+                .map(|(r, size)| r.map(|found| found == Some(size)))
+                .collect();
+            let outcome = Outcome::of("get", &keys, whole, |&whole: &bool| whole, true, true);
             (outcome, bufs)
         }))
     }

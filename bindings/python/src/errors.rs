@@ -150,7 +150,11 @@ where
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    m.add("Error", py.get_type::<Error>())?;
+    let error = py.get_type::<Error>();
+    // Only a failed batch sets these; every other error reads them as None, not as missing.
+    error.setattr("keys", py.None())?;
+    error.setattr("results", py.None())?;
+    m.add("Error", error)?;
     m.add("TimeoutError", py.get_type::<TimeoutError>())?;
     m.add("AuthenticationError", py.get_type::<AuthenticationError>())?;
     m.add("TooLargeError", py.get_type::<TooLargeError>())?;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use memkv_client::{Client as RustClient, RdmaBuffer, Result as ClientResult};
 use tokio::sync::RwLock;
 
-use crate::buffer::ByteBuffer;
+use crate::buffer::{ByteBuffer, Released};
 
 /// One registered region.
 enum Region {
@@ -55,6 +55,12 @@ impl Regions {
 
     pub fn clear(&self) {
         self.list.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Drops nothing: the regions of a client made before a fork (see `Shared::close`).
+    pub fn forget(&self) {
+        let list = std::mem::take(&mut *self.list.lock().unwrap_or_else(|p| p.into_inner()));
+        std::mem::forget(list);
     }
 
     /// The RDMA region holding every one of `buffers`, if there is one.
@@ -122,8 +128,9 @@ pub async fn put_many(
 
 /// Reads `keys[i]`'s value into `buffers[i]`: straight into the registered region when they all
 /// lie in one, else through the client's TCP path, which reads values of 64 KiB and more from
-/// the socket straight into their buffers. Returns the results and the buffers, less any still
-/// held by a request whose deadline passed (those are released when the request ends).
+/// the socket straight into their buffers. Returns the results and the buffers, less any a
+/// request whose deadline passed still held; it returns only once those are released, so
+/// that no read writes into memory Python has got back.
 pub async fn get_many_into(
     client: &RustClient,
     routed: Option<Routed>,
@@ -154,10 +161,34 @@ pub async fn get_many_into(
             (results, buffers)
         }
         None => {
-            let (results, returned) = client
-                .get_batch_into_destinations(keys, std::mem::take(&mut buffers))
-                .await;
-            (results, returned.into_iter().flatten().collect())
+            let released = ByteBuffer::watch(&mut buffers);
+            let (results, returned) = client.get_batch_into_destinations(keys, buffers).await;
+            let returned = returned_and_released(returned.into_iter().flatten(), released).await;
+            (results, returned)
         }
     }
+}
+
+/// [`RustClient::get_into_destination`] into a Python buffer, returning only once the buffer
+/// is back or released (see [`get_many_into`]).
+pub async fn get_into(
+    client: &RustClient,
+    key: &[u8],
+    mut buffer: ByteBuffer,
+) -> (ClientResult<Option<usize>>, Option<ByteBuffer>) {
+    let released = ByteBuffer::watch(std::slice::from_mut(&mut buffer));
+    let (result, returned) = client.get_into_destination(key, buffer).await;
+    let mut returned = returned_and_released(returned, released).await;
+    (result, returned.pop())
+}
+
+/// Waits until every watched buffer that did not come back has been released.
+async fn returned_and_released(
+    returned: impl IntoIterator<Item = ByteBuffer>,
+    released: Released,
+) -> Vec<ByteBuffer> {
+    let mut returned: Vec<ByteBuffer> = returned.into_iter().collect();
+    returned.iter_mut().for_each(ByteBuffer::unwatch);
+    released.all().await;
+    returned
 }

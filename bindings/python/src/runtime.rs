@@ -1,24 +1,69 @@
-//! One tokio runtime for the whole process: the blocking `Client` waits on it with the GIL
-//! released, `AsyncClient` hands its futures to asyncio through it, and `MemkvConnector` runs
-//! its batches on it.
+//! One tokio runtime per process: the blocking `Client` waits on it with the GIL released,
+//! `AsyncClient` hands its futures to asyncio through it, and `MemkvConnector` runs its
+//! batches on it.
+//!
+//! A process forked after the runtime started (multiprocessing's `fork` start method)
+//! inherits it without its threads, so anything waiting on it would wait forever. The child
+//! starts a runtime of its own on first use; clients made before the fork (their connections
+//! and tasks belong to the parent's runtime) refuse to work in the child, saying why.
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use pyo3::prelude::*;
 
-static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+/// The runtime and the process that started it.
+static RUNTIME: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
 
 pub fn runtime() -> &'static tokio::runtime::Runtime {
-    RUNTIME.get_or_init(|| {
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .thread_name("memkv-io")
-            .enable_all()
-            .build()
-            .expect("memkv: cannot start the I/O runtime")
-    })
+    let mut current = RUNTIME.lock().unwrap_or_else(|p| p.into_inner());
+    let pid = std::process::id();
+    match *current {
+        Some((started_by, rt)) if started_by == pid => rt,
+        _ => {
+            // A parent's runtime is left alone (leaked): dropping it would wait for threads
+            // that do not exist in this process.
+            let rt: &'static _ = Box::leak(Box::new(start()));
+            *current = Some((pid, rt));
+            rt
+        }
+    }
+}
+
+fn start() -> tokio::runtime::Runtime {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("memkv-io")
+        .enable_all()
+        .build()
+        .expect("memkv: cannot start the I/O runtime")
+}
+
+/// The process a client was made in: used from another (a fork), it refuses.
+#[derive(Clone, Copy)]
+pub struct MadeIn(u32);
+
+impl MadeIn {
+    pub fn here() -> Self {
+        MadeIn(std::process::id())
+    }
+
+    pub fn is_here(self) -> bool {
+        self.0 == std::process::id()
+    }
+
+    pub fn check(self, what: &str) -> PyResult<()> {
+        let pid = std::process::id();
+        if self.0 == pid {
+            return Ok(());
+        }
+        Err(crate::errors::Error::new_err(format!(
+            "this {what} was made in process {} and this is process {pid}, a fork of it: its \
+             connections belong to that process; make a new {what} here",
+            self.0
+        )))
+    }
 }
 
 /// Runs `work` to completion with the GIL released.
@@ -30,9 +75,21 @@ where
     py.detach(|| runtime().block_on(work))
 }
 
-/// Tells pyo3-async-runtimes to use our runtime for `AsyncClient`'s futures.
-pub fn install_for_asyncio() {
-    static INSTALLED: OnceLock<()> = OnceLock::new();
-    INSTALLED
-        .get_or_init(|| pyo3_async_runtimes::tokio::init_with_runtime(runtime()).unwrap_or(()));
+/// Tells pyo3-async-runtimes to use our runtime for `AsyncClient`'s futures. It takes one
+/// runtime for the life of the process, so a fork of a process that had used `AsyncClient`
+/// cannot use it (the blocking `Client` works there).
+pub fn install_for_asyncio() -> PyResult<()> {
+    static INSTALLED_BY: OnceLock<u32> = OnceLock::new();
+    let by = *INSTALLED_BY.get_or_init(|| {
+        let _ = pyo3_async_runtimes::tokio::init_with_runtime(runtime());
+        std::process::id()
+    });
+    if by == std::process::id() {
+        return Ok(());
+    }
+    Err(crate::errors::Error::new_err(format!(
+        "AsyncClient cannot run in this process: it is a fork of process {by}, which had used \
+         AsyncClient (asyncio takes one I/O runtime per process); start this process with \
+         multiprocessing's 'spawn' or 'forkserver' method, or use the blocking Client here"
+    )))
 }

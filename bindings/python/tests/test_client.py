@@ -98,6 +98,7 @@ def test_put_many_names_every_failed_key(client: memkv.Client) -> None:
     assert "2 of 4 keys failed" in message
     assert long_a in message and long_b in message
     assert info.value.keys == [long_a.encode(), long_b.encode()]
+    assert info.value.results is not None
     assert info.value.results[0] is None and info.value.results[2] is None
     assert isinstance(info.value.results[1], memkv.TooLargeError)
     assert client.get_many(["ok1", "ok2"]) == [b"1", b"2"]
@@ -109,6 +110,7 @@ def test_a_failed_batch_read_keeps_what_succeeded(client: memkv.Client) -> None:
     with pytest.raises(memkv.TooLargeError) as info:
         client.get_many_into(["kept/a", "kept/b", "kept/none"], bufs)
     assert info.value.keys == [b"kept/b"]
+    assert info.value.results is not None
     assert info.value.results[0] == 3 and info.value.results[2] is None
     assert isinstance(info.value.results[1], memkv.TooLargeError)
     assert bufs[0][:3] == b"abc"

@@ -1,6 +1,9 @@
 """Failures: wrong key, dead servers, deadlines, bad configuration; never a hang."""
 
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,3 +162,53 @@ def test_servers_of_one_fleet_share_a_key() -> None:
         c.put_many([(k, k.encode()) for k in keys])
         assert c.get_many(keys) == [k.encode() for k in keys]
         assert {srv.address for srv in (a, b)} == set(c.servers)
+
+
+FORK = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    import memkv
+
+    addr, key = sys.argv[1], sys.argv[2]
+    c = memkv.Client(servers=[addr], auth_key=key, timeout_ms=2000, transport="tcp")
+    c.put("k", b"v")  # the I/O runtime's threads start in the parent
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fresh = memkv.Client(servers=[addr], auth_key=key, timeout_ms=2000, transport="tcp")
+            assert fresh.get("k") == b"v", "a client made in the child works"
+            try:
+                c.get("k")
+                raise AssertionError("the parent's client worked in the child")
+            except memkv.Error as e:
+                assert "fork" in str(e), e
+            c.close()  # leaves the parent's connections registered with the parent
+            os._exit(0)
+        except BaseException as e:
+            print(f"child: {e!r}", file=sys.stderr)
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+    assert c.get("k") == b"v", "the parent's client works after the child closed its copy"
+    """
+)
+
+
+def test_a_forked_child_makes_its_own_client_and_refuses_the_parents(server: MemkvServer) -> None:
+    # multiprocessing's fork start method: the child inherits the I/O runtime without its
+    # threads. It used to hang forever on any call, even a new client's.
+    p = subprocess.run(
+        [sys.executable, "-c", FORK, server.address, server.auth_key],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+
+
+def test_errors_outside_a_batch_have_keys_and_results_of_none(server: MemkvServer) -> None:
+    c = server.client(timeout_ms=5000)
+    c.close()
+    with pytest.raises(memkv.Error) as info:
+        c.get("k")
+    assert info.value.keys is None and info.value.results is None

@@ -14,8 +14,10 @@ use crate::{Error, Result};
 ///
 /// Implement it for buffers whose bytes stay valid wherever the value moves (a `Vec<u8>`, a
 /// boxed slice, a binding's handle on memory exported by another runtime). If the caller stops
-/// waiting (a deadline), the reader may still be writing into the destination; it is dropped
-/// when the reader is done with it.
+/// waiting (a deadline, a dropped future) while its value is arriving, the destination is not
+/// given back: the reader stops writing into it and drops it at once (the rest of the value is
+/// read into memory of its own). A caller that must know when its memory is free again (a
+/// binding handing it back to a garbage-collected runtime) waits for that drop.
 pub trait ReadDestination: Any + Send {
     /// The bytes a value may be written to; a value lands at the front.
     fn as_mut_bytes(&mut self) -> &mut [u8];

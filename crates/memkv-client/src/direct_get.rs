@@ -25,7 +25,8 @@ impl Client {
     /// absent, or [`Error::BufferTooSmall`](crate::Error::BufferTooSmall). Over TCP the value is
     /// read from the socket into `dest` with no copy. `dest` comes back, except when the call
     /// failed after the request was sent (its deadline, a lost connection, or an answer that
-    /// failed its checks while being read into it).
+    /// failed its checks while being read into it); then it is dropped once no read can write
+    /// into it any more, which is at once if its value was arriving ([`ReadDestination`]).
     pub async fn get_into_destination<D: ReadDestination>(
         &self,
         key: &[u8],

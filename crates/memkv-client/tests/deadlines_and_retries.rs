@@ -202,3 +202,65 @@ async fn a_short_deadline_is_kept_while_another_caller_attaches() {
     first.abort();
     hold.abort();
 }
+
+/// Caller memory that says when it is dropped.
+struct Watched {
+    bytes: Vec<u8>,
+    dropped: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl memkv_client::ReadDestination for Watched {
+    fn as_mut_bytes(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let _ = self.dropped.take().map(|tx| tx.send(()));
+    }
+}
+
+/// A value half read into caller memory when the caller's deadline passes: the reader stops
+/// writing into that memory and drops it at once, not when (if ever) the rest of the value
+/// arrives. The Python binding hands the memory back to its caller only once it is dropped.
+#[tokio::test]
+async fn a_direct_get_past_its_deadline_lets_go_of_the_destination_at_once() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = tokio::spawn(async move {
+        let (mut s, mut session) = accept_session(&listener).await;
+        let (h, _) = read_request(&mut s, &mut session).await;
+        let value = vec![5u8; 1 << 20];
+        let frame = session
+            .sealer
+            .frame(Header::response(&h, Status::Ok), &[], &value);
+        s.write_all(&frame[..frame.len() / 2]).await.unwrap();
+        // The rest never comes; the connection stays open.
+        std::future::pending::<()>().await;
+        drop(s);
+    });
+    let mut config = tcp_config(&addr);
+    config.timeout = Duration::from_millis(300);
+    let c = Client::connect(config).await.unwrap();
+    let (dropped_tx, dropped) = tokio::sync::oneshot::channel();
+    let dest = Watched {
+        bytes: vec![0; 1 << 20],
+        dropped: Some(dropped_tx),
+    };
+    let (result, back) = c.get_into_destination(b"k", dest).await;
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, memkv_client::Error::Timeout { .. }),
+        "{err:?}"
+    );
+    assert!(
+        back.is_none(),
+        "the reader held the destination when the deadline passed"
+    );
+    tokio::time::timeout(Duration::from_secs(2), dropped)
+        .await
+        .expect("the destination is dropped once its caller stops waiting")
+        .unwrap();
+    server.abort();
+}

@@ -315,3 +315,13 @@ def test_wrong_auth_key_is_an_error_not_a_miss(server):
         assert not store(adp, [40], [b"x" * 100]).is_successful()
     finally:
         adp.close()
+
+
+def test_a_value_shorter_than_its_load_buffer_is_not_loaded(adapter):
+    # An ObjectKey has no dtype or layout in it: another writer's shorter value under the same
+    # key fills only the front of the buffer. Loaded would hand LMCache a buffer whose tail is
+    # stale, so it is a miss (LMCache's own adapters fail a short read the same way).
+    short = pattern("short", 1000)
+    assert store(adapter, [41], [short]).is_successful()
+    hits, _ = load(adapter, [41], [4000])
+    assert hits == [False]

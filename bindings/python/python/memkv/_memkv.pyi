@@ -28,10 +28,11 @@ Transport = Literal["auto", "tcp", "rdma", "shm"]
 
 class Error(Exception):
     """Any memkv failure. A failed batch call also carries ``keys`` (the keys that failed) and
-    ``results`` (every item's outcome in order: its value, or the ``Error`` of its failure)."""
+    ``results`` (every item's outcome in order: its value, or the ``Error`` of its failure);
+    both are ``None`` on any other failure."""
 
-    keys: list[bytes]
-    results: list[object]
+    keys: list[bytes] | None
+    results: list[object] | None
 
 class TimeoutError(Error): ...
 class AuthenticationError(Error): ...

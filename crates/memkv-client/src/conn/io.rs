@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use memkv_proto::{HEADER_LEN, Opener, ProtoError, Status};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::oneshot;
 
-use super::pending::Pending;
+use super::pending::{Pending, Reply};
 use super::{READ_BUFFER, Response, Sink, Writer};
 use crate::Error;
 
@@ -112,19 +113,48 @@ async fn fill_to<S: AsyncRead + Unpin>(
     Ok(())
 }
 
-/// Fills `dest` exactly, as [`read_body`] does a vector.
+/// Fills `dest` exactly, as [`read_body`] does a vector, unless the caller stops waiting
+/// first (`waiting` closes: a deadline passed, or its future was dropped). Then the read stops
+/// at once, since the caller may be waiting for its memory back before it reuses it.
 async fn read_body_into<R: AsyncRead + Unpin>(
     r: &mut BufReader<R>,
     dest: &mut [u8],
-) -> std::io::Result<()> {
+    waiting: &mut oneshot::Sender<Reply>,
+) -> std::io::Result<Landing> {
     if dest.len() >= READ_BUFFER {
         let taken = take_buffered(r, dest.len(), |part| {
             dest[..part.len()].copy_from_slice(part)
         });
-        r.get_mut().read_exact(&mut dest[taken..]).await?;
-        return Ok(());
+        return fill_while_awaited(r.get_mut(), dest, taken, waiting).await;
     }
-    r.read_exact(dest).await.map(drop)
+    fill_while_awaited(r, dest, 0, waiting).await
+}
+
+/// What became of a value read into a caller's memory.
+#[derive(Debug, PartialEq, Eq)]
+enum Landing {
+    Whole,
+    /// The caller stopped waiting after this many bytes had landed.
+    Abandoned(usize),
+}
+
+async fn fill_while_awaited<S: AsyncRead + Unpin>(
+    src: &mut S,
+    dest: &mut [u8],
+    mut filled: usize,
+    waiting: &mut oneshot::Sender<Reply>,
+) -> std::io::Result<Landing> {
+    while filled < dest.len() {
+        tokio::select! {
+            biased;
+            () = waiting.closed() => return Ok(Landing::Abandoned(filled)),
+            read = src.read(&mut dest[filled..]) => match read? {
+                0 => return Err(ErrorKind::UnexpectedEof.into()),
+                n => filled += n,
+            },
+        }
+    }
+    Ok(Landing::Whole)
 }
 
 /// Hands over (to `put`) up to `max` bytes the reader holds, and how many. A payload at least
@@ -238,18 +268,34 @@ async fn read_one<R: AsyncRead + Unpin>(
         None => (None, Sink::default()),
     };
     // A successful answer that fits the caller's memory is read straight into it.
-    let landed = match &mut sink {
-        Sink::Direct(dest) if header.status == Status::Ok => {
+    let landed = match (&mut sink, entry.as_mut()) {
+        (Sink::Direct(dest), Some(waiting)) if header.status == Status::Ok => {
             match dest.as_mut_bytes().get_mut(..body) {
-                Some(slice) => {
-                    read_body_into(reader, slice).await.map_err(lost)?;
-                    Some(body)
-                }
+                Some(slice) => Some(
+                    read_body_into(reader, slice, &mut waiting.tx)
+                        .await
+                        .map_err(lost)?,
+                ),
                 None => None,
             }
         }
         _ => None,
     };
+    if let Some(Landing::Abandoned(read)) = landed {
+        // The caller's memory goes back now; the rest of the payload is read (and the frame
+        // verified, to keep the sequence) into a vector of our own.
+        let Sink::Direct(mut dest) = sink else {
+            unreachable!("only a direct sink is abandoned")
+        };
+        let mut rest = dest.as_mut_bytes()[..read].to_vec();
+        drop(dest);
+        fill_to(reader, &mut rest, body).await.map_err(lost)?;
+        return opener
+            .verify(&raw, &[], &rest, false)
+            .map(drop)
+            .map_err(protocol);
+    }
+    let landed = landed.map(|_| body);
     let (payload, direct) = match sink {
         Sink::Direct(mut dest) => {
             let payload = match landed {
@@ -308,6 +354,8 @@ fn verify(opener: &mut Opener, raw: &[u8; HEADER_LEN], payload: &[u8]) -> Result
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn pattern(len: usize) -> Vec<u8> {
@@ -330,8 +378,10 @@ mod tests {
         assert_eq!(body[..], data[at..at + READ_BUFFER + 5]);
         at += READ_BUFFER + 5;
         assert!(r.buffer().is_empty(), "nothing past the payload was read");
+        let (mut waiting, _caller) = oneshot::channel();
         let mut dest = vec![0u8; READ_BUFFER];
-        read_body_into(&mut r, &mut dest).await.unwrap();
+        let landing = read_body_into(&mut r, &mut dest, &mut waiting).await;
+        assert_eq!(landing.unwrap(), Landing::Whole);
         assert_eq!(dest[..], data[at..at + READ_BUFFER]);
         at += READ_BUFFER;
         read_header(&mut r, &mut raw, HeaderReads::Exact)
@@ -348,7 +398,8 @@ mod tests {
         assert_eq!(small[..], data[at..at + 100]);
         at += 100;
         let mut rest = vec![0u8; data.len() - at];
-        read_body_into(&mut r, &mut rest).await.unwrap();
+        let landing = read_body_into(&mut r, &mut rest, &mut waiting).await;
+        assert_eq!(landing.unwrap(), Landing::Whole);
         assert_eq!(rest[..], data[at..]);
     }
 
@@ -365,8 +416,39 @@ mod tests {
             let mut r = BufReader::with_capacity(READ_BUFFER, &data[..]);
             r.read_exact(&mut head).await.unwrap();
             let mut dest = vec![0u8; len];
-            let e = read_body_into(&mut r, &mut dest).await.unwrap_err();
+            let (mut waiting, _caller) = oneshot::channel();
+            let e = read_body_into(&mut r, &mut dest, &mut waiting)
+                .await
+                .unwrap_err();
             assert_eq!(e.kind(), ErrorKind::UnexpectedEof, "len {len}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_into_caller_memory_stops_when_the_caller_stops_waiting() {
+        for len in [READ_BUFFER / 2, 4 * READ_BUFFER] {
+            let (mut server, client) = tokio::io::duplex(8 * READ_BUFFER);
+            let mut r = BufReader::with_capacity(READ_BUFFER, client);
+            server.write_all(&pattern(len / 4)).await.unwrap();
+            let (mut waiting, caller) = oneshot::channel();
+            let mut dest = vec![0u8; len];
+            let landing = {
+                let reading = read_body_into(&mut r, &mut dest, &mut waiting);
+                tokio::pin!(reading);
+                // The rest of the value never comes: the read waits, holding the memory.
+                let stalled = tokio::time::timeout(Duration::from_millis(50), &mut reading).await;
+                assert!(stalled.is_err(), "len {len}");
+                drop(caller);
+                tokio::time::timeout(Duration::from_secs(5), reading).await
+            };
+            assert_eq!(
+                landing
+                    .expect("the read ends once the caller stops waiting")
+                    .unwrap(),
+                Landing::Abandoned(len / 4),
+                "len {len}"
+            );
+            assert_eq!(dest[..len / 4], pattern(len / 4)[..]);
         }
     }
 
