@@ -91,7 +91,7 @@ pub fn fabric_config(rdma: &RdmaConfig) -> Result<FabricConfig, String> {
 }
 
 fn device_status(plan: &PortPlan) -> RdmaDeviceStatus {
-    let rail = Rail::of_port(&plan.facts, &HostRoot::default());
+    let rail = Rail::of_plan(plan, &HostRoot::default());
     RdmaDeviceStatus {
         name: plan.facts.device.clone(),
         port: plan.facts.port,
