@@ -391,6 +391,20 @@ fn a_vlan_rail_is_judged_by_its_address_and_its_lower_port() {
     );
 }
 
+/// A VLAN device has no DCB of its own: the lossless priority memkv sends on is detected on
+/// its lower port, where PFC is configured (it used to be asked of the VLAN device, fail, and
+/// fall back to priority 3).
+#[test]
+fn a_vlan_rails_priority_is_detected_on_its_lower_port() {
+    let h = vlan_rail_host();
+    h.dcb("ens1f0np0", "pfc 0,0,0,0,0,1,0,0\ndscp2prio 34,5\n");
+    h.ecn("ens1f0np0", 5, 1, 1);
+    let r = run(h.root(), &options());
+    let pfc = find(&r, "roce.pfc", "ens1f0np0");
+    assert_eq!(pfc.status, Status::Ok, "{}", r.text());
+    assert!(pfc.read.contains("priority 5"), "{}", pfc.read);
+}
+
 /// On RoCE `rdma.service_level` is the priority memkv's packets carry, so PFC on the detected
 /// priority 3 does not make priority 5 lossless.
 #[test]

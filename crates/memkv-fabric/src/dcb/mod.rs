@@ -5,6 +5,6 @@ pub mod query;
 pub mod select;
 pub mod wire;
 
-pub use query::{DcbSource, NetlinkDcb, interpret_reply, query_ieee_dcb};
+pub use query::{DcbSource, NetlinkDcb, SYSFS_NET, dcb_netdev, interpret_reply, query_ieee_dcb};
 pub use select::{DcbDetection, select_lossless_class};
 pub use wire::{DcbApp, DcbParseError, DcbReply, IeeeDcb, parse_dcb_reply};

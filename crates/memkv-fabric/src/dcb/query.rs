@@ -1,9 +1,11 @@
 //! Asks the kernel for a netdev's IEEE DCB configuration over rtnetlink.
 
+use std::io::ErrorKind;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
 use super::select::{DcbDetection, select_lossless_class};
 use super::wire::{DcbReply, encode_ieee_get, parse_dcb_reply};
-use std::io::ErrorKind;
-use std::time::{Duration, Instant};
 
 /// Largest reply accepted; dcbnl replies fit in one page, so this is generous.
 const REPLY_CAPACITY: usize = 64 * 1024;
@@ -21,10 +23,30 @@ pub struct NetlinkDcb;
 
 impl DcbSource for NetlinkDcb {
     fn detect(&self, netdev: &str) -> DcbDetection {
-        match query_ieee_dcb(netdev) {
-            Ok(reply) => interpret_reply(netdev, reply),
+        let port = dcb_netdev(Path::new(SYSFS_NET), netdev);
+        match query_ieee_dcb(&port) {
+            Ok(reply) => interpret_reply(&port, reply),
             Err(reason) => DcbDetection::Failed { reason },
         }
+    }
+}
+
+/// The real sysfs netdev class directory.
+pub const SYSFS_NET: &str = "/sys/class/net";
+
+/// The netdev whose DCB (PFC, ETS, ECN) carries `netdev`'s traffic: a VLAN's one lower
+/// device (`lower_<dev>` in `class_net/<netdev>`), where the port's lossless class is
+/// configured (`mlnx_qos -i <port>`; a VLAN device has no dcbnl of its own, so asking it
+/// gets "not supported"); otherwise `netdev` itself (a bond's several lower devices are not
+/// one port).
+pub fn dcb_netdev(class_net: &Path, netdev: &str) -> String {
+    let lower: Vec<String> = crate::doctor::host::list_dir(&class_net.join(netdev))
+        .into_iter()
+        .filter_map(|e| e.strip_prefix("lower_").map(str::to_owned))
+        .collect();
+    match <[String; 1]>::try_from(lower) {
+        Ok([one]) => one,
+        Err(_) => netdev.to_owned(),
     }
 }
 

@@ -182,6 +182,7 @@ impl DoctorError {
 /// DCB answers from the probe, each netdev asked once (planning and the checks share them).
 struct ProbeDcb<'a> {
     probe: &'a dyn HostProbe,
+    root: &'a HostRoot,
     replies: RefCell<HashMap<String, Result<DcbReply, String>>>,
 }
 
@@ -197,8 +198,9 @@ impl ProbeDcb<'_> {
 
 impl DcbSource for ProbeDcb<'_> {
     fn detect(&self, netdev: &str) -> DcbDetection {
-        match self.reply(netdev) {
-            Ok(reply) => interpret_reply(netdev, reply),
+        let port = crate::dcb::dcb_netdev(&self.root.path(crate::dcb::SYSFS_NET), netdev);
+        match self.reply(&port) {
+            Ok(reply) => interpret_reply(&port, reply),
             Err(reason) => DcbDetection::Failed { reason },
         }
     }
@@ -209,6 +211,7 @@ pub fn doctor(src: &DoctorSources<'_>, opts: &DoctorOptions) -> Result<DoctorRep
     let root = &src.root;
     let dcb = ProbeDcb {
         probe: src.probe,
+        root,
         replies: RefCell::new(HashMap::new()),
     };
     let sources = FabricSources {

@@ -74,19 +74,10 @@ impl Rail {
         })
     }
 
-    /// The netdev whose DCB, ECN and `ethtool -S` counters carry this rail's traffic: a VLAN's
-    /// one lower device (`lower_<dev>` in sysfs), where `mlnx_qos` configures the port; else the
-    /// rail's own netdev (a bond's several lower devices are not one port).
+    /// The netdev whose DCB, ECN and `ethtool -S` counters carry this rail's traffic
+    /// ([`crate::dcb::dcb_netdev`]).
     pub fn lossless_netdev(&self, root: &HostRoot) -> String {
-        let lower: Vec<String> = root
-            .list(&format!("/sys/class/net/{}", self.netdev))
-            .into_iter()
-            .filter_map(|e| e.strip_prefix("lower_").map(str::to_owned))
-            .collect();
-        match <[String; 1]>::try_from(lower) {
-            Ok([one]) => one,
-            Err(_) => self.netdev.clone(),
-        }
+        crate::dcb::dcb_netdev(&root.path(crate::dcb::SYSFS_NET), &self.netdev)
     }
 
     pub fn ipv4_text(&self) -> String {
