@@ -60,23 +60,51 @@ pub fn discover(sysfs: &SysfsReader, verbs: &dyn PortQuery) -> Result<Discovery,
         return Ok(Discovery::NoDevices { reason });
     }
     let mut ports = Vec::new();
+    let mut unreadable = Vec::new();
     for device in devices {
-        let dc = verbs.dc_supported(&device);
-        for port in sysfs.ports(&device)? {
-            let mut facts = sysfs.port(&device, port)?;
-            facts.device_info.dc_supported = dc;
-            match verbs.port_attrs(&device, port) {
-                Ok(attrs) => {
-                    facts.active_mtu = Some(attrs.active_mtu);
-                    facts.max_mtu = Some(attrs.max_mtu);
-                }
-                Err(e) => {
-                    tracing::warn!(%device, port, "verbs port query failed: {e}");
-                    facts.verbs_error = Some(e.to_string());
-                }
+        // One device that cannot be read (being removed, a driver in a bad state) costs only
+        // its own ports, not every other device's.
+        match device_ports(sysfs, verbs, &device) {
+            Ok(found) => ports.extend(found),
+            Err(e) => {
+                tracing::warn!(%device, "skipping an RDMA device that cannot be read: {e}");
+                unreadable.push(e);
             }
-            ports.push(facts);
         }
     }
-    Ok(Discovery::Ports(ports))
+    match unreadable.into_iter().next() {
+        Some(e) if ports.is_empty() => Err(e),
+        _ => Ok(Discovery::Ports(ports)),
+    }
+}
+
+fn device_ports(
+    sysfs: &SysfsReader,
+    verbs: &dyn PortQuery,
+    device: &str,
+) -> Result<Vec<PortFacts>, FabricError> {
+    let dc = verbs.dc_supported(device);
+    let mut ports = Vec::new();
+    for port in sysfs.ports(device)? {
+        let mut facts = sysfs.port(device, port)?;
+        facts.device_info.dc_supported = dc;
+        match verbs.port_attrs(device, port) {
+            Ok(attrs) => {
+                facts.active_mtu = Some(attrs.active_mtu);
+                facts.max_mtu = Some(attrs.max_mtu);
+                // Read after sysfs: a port that came up (or got its LID) in between would
+                // otherwise be planned as down and wait for an event that already passed.
+                facts.state = attrs.state;
+                if attrs.lid.is_some() {
+                    facts.lid = attrs.lid;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%device, port, "verbs port query failed: {e}");
+                facts.verbs_error = Some(e.to_string());
+            }
+        }
+        ports.push(facts);
+    }
+    Ok(ports)
 }
