@@ -63,6 +63,9 @@ struct PortStatus {
     /// None: unknown, read again on next use.
     lid: Option<u16>,
     state: PortState,
+    /// The device reported a fatal error: its ports stay down whatever sysfs says (the device
+    /// must be opened again, which needs a restart).
+    fatal: bool,
 }
 
 /// Shared, thread-safe view of every port's LID and state.
@@ -90,6 +93,7 @@ impl PortRuntime {
                 link_layer: f.link_layer,
                 lid: f.lid,
                 state: f.state,
+                fatal: false,
             },
         );
     }
@@ -177,6 +181,7 @@ impl PortRuntime {
                 for ((d, _), s) in ports.iter_mut() {
                     if d == device {
                         s.state = PortState::Down;
+                        s.fatal = true;
                     }
                 }
             }
@@ -207,10 +212,26 @@ impl PortRuntime {
         peer: &PeerEndpoint,
     ) -> Result<AddressPlan, FabricError> {
         let lid = self.current_lid(plan)?;
-        let state = self
-            .state(&plan.facts.device, plan.facts.port)
-            .unwrap_or(plan.facts.state);
-        build_address(plan, lid, state, peer)
+        build_address(plan, lid, self.current_state(plan), peer)
+    }
+
+    /// The port's state: cached, and read again while it is not ACTIVE. The cache moves on
+    /// events, and a PORT_ACTIVE can be missed (the watcher failed to start, or the port came
+    /// up before it did); without the read such a port would refuse every connection forever,
+    /// and a sysfs read costs nothing next to a connection that fails.
+    fn current_state(&self, plan: &PortPlan) -> PortState {
+        let f = &plan.facts;
+        let mut ports = self.lock();
+        let Some(status) = ports.get_mut(&(f.device.clone(), f.port)) else {
+            return f.state;
+        };
+        if !status.state.is_active()
+            && !status.fatal
+            && let Ok(now) = self.reader.read_state(&f.device, f.port)
+        {
+            status.state = now;
+        }
+        status.state
     }
 
     fn current_lid(&self, plan: &PortPlan) -> Result<Option<u16>, FabricError> {

@@ -112,6 +112,7 @@ fn port_error_and_port_active_update_the_state() {
     let (plan, runtime) = setup(&tree);
     let peer = plan.local_endpoint(plan.facts.lid).unwrap();
     let (mut source, sender) = SimulatedEventSource::new("mlx5_0");
+    tree.set_port_file("mlx5_0", "state", "1: DOWN");
     sender.send(event(AsyncEventKind::PortError));
     runtime.drain(&mut source).unwrap();
     assert_eq!(runtime.state("mlx5_0", 1), Some(PortState::Down));
@@ -122,16 +123,38 @@ fn port_error_and_port_active_update_the_state() {
             ..
         })
     ));
+    tree.set_port_file("mlx5_0", "state", "4: ACTIVE");
     sender.send(event(AsyncEventKind::PortActive));
     runtime.drain(&mut source).unwrap();
     assert_eq!(runtime.state("mlx5_0", 1), Some(PortState::Active));
     assert!(runtime.address_for(&plan, &peer).is_ok());
 }
 
+/// A port down at start whose PORT_ACTIVE never arrives (no event watcher: it failed to
+/// start) connects once sysfs says it is ACTIVE; it used to refuse every connection forever.
+#[test]
+fn a_port_that_comes_up_unannounced_connects() {
+    let tree = TempTree::copy_of("roce-mixed");
+    tree.set_port_file("mlx5_2", "state", "1: DOWN");
+    let plan = plans_at(&tree.sysfs(), &FabricConfig::default())
+        .into_iter()
+        .find(|p| p.facts.device == "mlx5_2")
+        .unwrap();
+    let runtime = PortRuntime::new(Arc::new(SysfsReader::new(tree.sysfs())));
+    runtime.register(&plan);
+    let peer = plan.local_endpoint(None).unwrap();
+    assert!(matches!(
+        runtime.address_for(&plan, &peer),
+        Err(FabricError::PortNotActive { .. })
+    ));
+    tree.set_port_file("mlx5_2", "state", "4: ACTIVE");
+    runtime.address_for(&plan, &peer).unwrap();
+}
+
 #[test]
 fn device_fatal_takes_every_port_down() {
     let tree = TempTree::copy_of("ib-lid");
-    let (_plan, runtime) = setup(&tree);
+    let (plan, runtime) = setup(&tree);
     let (mut source, sender) = SimulatedEventSource::new("mlx5_0");
     sender.send(AsyncEvent {
         port: None,
@@ -139,6 +162,12 @@ fn device_fatal_takes_every_port_down() {
     });
     runtime.drain(&mut source).unwrap();
     assert_eq!(runtime.state("mlx5_0", 1), Some(PortState::Down));
+    // Whatever sysfs still says: the device must be opened again.
+    let peer = plan.local_endpoint(plan.facts.lid).unwrap();
+    assert!(matches!(
+        runtime.address_for(&plan, &peer),
+        Err(FabricError::PortNotActive { .. })
+    ));
 }
 
 #[test]
