@@ -1,6 +1,7 @@
 //! What a refused or never-read request leaves behind on a real server: a frame refused for
 //! its MAC takes nothing from the store, answers a client does not read stay within its
-//! connection's in-flight budget, and a batch get reads no more than its answer carries.
+//! connection's in-flight budget, a batch get reads no more than its answer carries, and
+//! connections waiting on the same-host socket are bounded.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 mod support;
 
+use memkv_proto::local::LocalAttachResponse;
 use memkv_proto::{AuthKey, Opcode, Status, batch};
 use memkv_server::Server;
 use memkv_server::config::ServerConfig;
@@ -294,4 +296,57 @@ async fn a_file_mode_batch_get_reads_no_more_values_than_its_answer_carries() {
     );
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Server-side sockets named `name` (the listener and the connections it accepted, which
+/// carry its name), from this process's view of /proc/net/unix.
+fn sockets_named(name: &[u8]) -> usize {
+    let path = format!("@{}", String::from_utf8_lossy(name));
+    std::fs::read_to_string("/proc/self/net/unix")
+        .unwrap()
+        .lines()
+        .filter(|l| l.split_whitespace().nth(7) == Some(path.as_str()))
+        .count()
+}
+
+/// The same-host socket is open to any process on the host, key or not, and each connection
+/// waiting to trade a token holds a descriptor: at most 256 wait (as many as there can be
+/// tokens), the rest are closed at once. Unbounded, they took the descriptors TCP accepts need.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_waiting_on_the_same_host_socket_are_bounded() {
+    // Both ends of each are in this process: 2 x 350 stays under a default limit of 1024.
+    const ATTACKERS: usize = 350;
+    const WAITING_AT_MOST: usize = 256;
+    let server = Server::start(config("memory:\n  max_size: 64 MiB\n"))
+        .await
+        .unwrap();
+    let mut c = connect(server.data_addr(), key()).await.unwrap();
+    let (status, body) = c.call(Opcode::LocalAttach, &[], &[]).await;
+    assert_eq!(status, Status::Ok);
+    let name = LocalAttachResponse::decode(&body).unwrap().socket_name;
+    let listening = sockets_named(&name);
+
+    // Connections that never send a token; they hold no auth key.
+    let name_ = name.clone();
+    let held = tokio::task::spawn_blocking(move || {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name_).unwrap();
+        (0..ATTACKERS)
+            .map(|_| std::os::unix::net::UnixStream::connect_addr(&addr).unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    // Let the server accept what it will.
+    let mut server_side = 0;
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        server_side = sockets_named(&name) - listening;
+    }
+    assert!(
+        server_side <= WAITING_AT_MOST + 8,
+        "the server holds {server_side} descriptors for {ATTACKERS} unauthenticated connections"
+    );
+    drop(held);
+    server.shutdown().await.unwrap();
 }

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use memkv_proto::local::{AttachAnswer, TOKEN_LEN};
 use tokio::io::{AsyncReadExt, Interest};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use super::LocalTransport;
+use super::tokens::MAX_OUTSTANDING;
 
 /// How long a client connected to the socket has to send its token.
 const TOKEN_WAIT: Duration = Duration::from_secs(5);
@@ -35,16 +36,24 @@ pub async fn serve(
     listener: UnixListener,
     mut stop: watch::Receiver<bool>,
 ) {
+    // Anyone on the host can connect, key or not, and each waiting connection holds a
+    // descriptor: no more wait than there can be tokens to trade.
+    let waiting = Arc::new(Semaphore::new(MAX_OUTSTANDING));
     loop {
         tokio::select! {
             _ = crate::server::stopped(&mut stop) => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    let Ok(place) = Arc::clone(&waiting).try_acquire_owned() else {
+                        tracing::debug!("same-host socket: {MAX_OUTSTANDING} trades waiting; closing another");
+                        continue;
+                    };
                     let local = Arc::clone(&local);
                     tokio::spawn(async move {
                         if let Err(e) = trade(&local, stream).await {
                             tracing::debug!(error = %e, "same-host attach failed");
                         }
+                        drop(place);
                     });
                 }
                 Err(e) => {

@@ -2,10 +2,11 @@
 //! hands the response to the writer task. Requests are pipelined; in file mode they run on
 //! blocking threads and complete out of order.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use memkv_proto::messages::SharedCommitRequest;
 use memkv_proto::{HEADER_LEN, Header, Opcode, Opener, ProtoError, Status};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::TcpStream;
@@ -32,6 +33,22 @@ const RESPONSE_QUEUE: usize = 256;
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: u64 = 64 << 20;
 
+const NOT_ON_THIS_HOST: &str =
+    "the same-host transport serves clients on this server's host only (this peer is not)";
+
+/// Whether `peer` is a process on this host: a loopback peer, or one whose address is the
+/// address it reached us at (the kernel gives a connection to a local address that address
+/// as its source).
+fn on_this_host(stream: &TcpStream, peer: SocketAddr) -> bool {
+    same_host(stream.local_addr().ok().map(|a| a.ip()), peer.ip())
+}
+
+fn same_host(local: Option<IpAddr>, peer: IpAddr) -> bool {
+    // A dual-stack listener sees IPv4 peers as IPv4-mapped IPv6 addresses.
+    let peer = peer.to_canonical();
+    peer.is_loopback() || local.is_some_and(|local| local.to_canonical() == peer)
+}
+
 /// Serves one connection until the peer leaves, it misbehaves, or the server drains.
 pub async fn serve(
     shared: Arc<Shared>,
@@ -40,6 +57,7 @@ pub async fn serve(
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    let same_host = on_this_host(&stream, peer);
     let session = match tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
         super::handshake::accept(&shared, &mut stream),
@@ -75,6 +93,7 @@ pub async fn serve(
         opener: session.opener,
         tx,
         peer,
+        same_host,
         queue_pairs: Vec::new(),
         client,
     };
@@ -109,6 +128,9 @@ struct Connection {
     tx: mpsc::Sender<Outgoing>,
     budget: budget::Budget,
     peer: SocketAddr,
+    /// The peer is a process on this host: only such a client maps the arena, and only its
+    /// shared-memory Commits (whose checksum the server takes unchecked) are accepted.
+    same_host: bool,
     /// RDMA queue pairs this client connected; they live as long as the connection.
     queue_pairs: Vec<Arc<memkv_rdma::RcQueuePair>>,
     /// Lists the connection in `/v1/status` while it is open.
@@ -269,7 +291,11 @@ impl Connection {
                 continue;
             }
             if header.opcode == Opcode::LocalAttach {
-                let out = crate::local::attach::answer(&self.shared, &self.client.entry, &header);
+                let out = if self.same_host {
+                    crate::local::attach::answer(&self.shared, &self.client.entry, &header)
+                } else {
+                    Outgoing::error(&header, Status::Unsupported, NOT_ON_THIS_HOST)
+                };
                 record(&self.shared, &self.client.entry, &out, &header, started);
                 self.send(out.holding(permit)).await?;
                 continue;
@@ -286,6 +312,15 @@ impl Connection {
         permit: OwnedSemaphorePermit,
         started: Instant,
     ) -> Result<(), Closed> {
+        if header.opcode == Opcode::Commit
+            && payload.len() == SharedCommitRequest::LEN
+            && !self.same_host
+        {
+            // It publishes bytes the server does not hash: from a client that cannot have
+            // copied them in, it would publish whatever the reservation's space held.
+            let out = Outgoing::error(&header, Status::BadRequest, NOT_ON_THIS_HOST);
+            return self.send(out.holding(permit)).await;
+        }
         if self.shared.config.storage.mode == StorageMode::Memory {
             let out = execute(&self.shared, &header, &key, payload);
             record(&self.shared, &self.client.entry, &out, &header, started);
@@ -387,4 +422,28 @@ fn record(
         bytes_in,
         bytes_out,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_host;
+
+    #[test]
+    fn a_peer_is_on_this_host_when_loopback_or_at_the_address_it_reached() {
+        let ip = |s: &str| s.parse().unwrap();
+        assert!(same_host(Some(ip("127.0.0.1")), ip("127.0.0.1")));
+        assert!(same_host(
+            Some(ip("::ffff:127.0.0.1")),
+            ip("::ffff:127.0.0.1")
+        ));
+        assert!(same_host(Some(ip("::1")), ip("::1")));
+        assert!(same_host(Some(ip("10.0.0.5")), ip("10.0.0.5")));
+        assert!(same_host(Some(ip("::ffff:10.0.0.5")), ip("10.0.0.5")));
+        assert!(!same_host(Some(ip("10.0.0.5")), ip("10.0.0.6")));
+        assert!(!same_host(
+            Some(ip("::ffff:10.0.0.5")),
+            ip("::ffff:10.0.0.6")
+        ));
+        assert!(!same_host(None, ip("10.0.0.6")));
+    }
 }
