@@ -16,6 +16,9 @@ pub enum MapError {
         file: u64,
         announced: u64,
     },
+    /// The descriptor's size is not sealed against shrinking: a copy into a mapping whose file
+    /// shrank would kill this process (SIGBUS) instead of failing.
+    NotSealed,
     /// A range the server named lies outside the arena.
     OutOfBounds {
         offset: u64,
@@ -31,6 +34,10 @@ impl fmt::Display for MapError {
             Self::TooShort { file, announced } => write!(
                 f,
                 "the server's arena file holds {file} bytes, fewer than the {announced} announced"
+            ),
+            Self::NotSealed => write!(
+                f,
+                "the server's arena file is not sealed against shrinking (F_SEAL_SHRINK): not mapped"
             ),
             Self::OutOfBounds { offset, len, arena } => write!(
                 f,
@@ -72,6 +79,12 @@ impl SharedArena {
     /// Maps the first `announced` bytes of the arena file `fd`, read-write and shared.
     pub fn map(fd: OwnedFd, announced: u64) -> Result<SharedArena, MapError> {
         let file = File::from(fd);
+        // Every bounds check below rests on the size staying put.
+        let sealed = rustix::fs::fcntl_get_seals(&file)
+            .is_ok_and(|seals| seals.contains(rustix::fs::SealFlags::SHRINK));
+        if !sealed {
+            return Err(MapError::NotSealed);
+        }
         let size = file.metadata()?.len();
         if size < announced || announced == 0 {
             return Err(MapError::TooShort {
@@ -200,5 +213,15 @@ mod tests {
             err.to_string().contains("fewer than the 8192 announced"),
             "{err}"
         );
+    }
+
+    /// A file that could shrink under the mapping would turn a later in-bounds copy into a
+    /// SIGBUS that kills the client: such a file is not mapped.
+    #[test]
+    fn a_file_whose_size_is_not_sealed_is_refused() {
+        let fd = rustix::fs::memfd_create("memkv-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, 1 << 20).unwrap();
+        let err = SharedArena::map(fd, 1 << 20).unwrap_err();
+        assert!(matches!(err, MapError::NotSealed), "{err}");
     }
 }
