@@ -160,3 +160,58 @@ async fn a_restarted_server_is_attached_again_and_old_bytes_are_never_served() {
     assert_eq!(c.shared_memory_servers(), vec![addr], "attached again");
     second.shutdown().await.unwrap();
 }
+
+/// Mappings of a server arena (`memfd:memkv-arena`) of exactly `len` bytes in this process.
+fn arena_mappings(len: u64) -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("memfd:memkv-arena"))
+        .filter(|l| {
+            let range = l.split_whitespace().next().unwrap();
+            let (a, b) = range.split_once('-').unwrap();
+            let (a, b) = (
+                u64::from_str_radix(a, 16).unwrap(),
+                u64::from_str_radix(b, 16).unwrap(),
+            );
+            b - a == len
+        })
+        .count()
+}
+
+/// A stopped server's arena is let go once operations find the server gone; it used to stay
+/// mapped (and with it every value the dead server held) for as long as the client lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_servers_arena_is_unmapped() {
+    // A size no other test here uses, to find this arena's mappings.
+    const LEN: u64 = 93 << 20;
+    let yaml = format!(
+        "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 93 MiB\n"
+    );
+    let server = Server::start(ServerConfig::from_yaml_str(&yaml, "test").unwrap())
+        .await
+        .unwrap();
+    let mut config = client_config(&[&server]);
+    config.transport = Transport::Auto;
+    config.timeout = Duration::from_secs(2);
+    let c = Client::connect(config).await.unwrap();
+    c.put(b"k", &pattern(100_000, 1)).await.unwrap();
+    assert_eq!(c.shared_memory_servers().len(), 1, "attached");
+    assert_eq!(
+        arena_mappings(LEN),
+        2,
+        "the server's mapping and the client's"
+    );
+
+    server.shutdown().await.unwrap();
+    for round in 0..3 {
+        assert!(c.put(b"k", &pattern(100_000, 2)).await.is_err());
+        assert!(c.get(b"k").await.is_err());
+        tokio::time::sleep(Duration::from_millis(150 * (round + 1))).await;
+    }
+    assert_eq!(
+        (arena_mappings(LEN), c.shared_memory_servers()),
+        (0, Vec::<String>::new()),
+        "after the server stopped and every operation failed, the client still maps its arena"
+    );
+}

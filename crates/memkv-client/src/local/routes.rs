@@ -27,6 +27,12 @@ impl Client {
                 local.detach(index, at, reason);
                 None
             }
+            // The server is gone (stopped, restarting): its arena is let go, not kept mapped
+            // for as long as this client lives; a server back on its feet is attached anew.
+            Err(e @ (Error::Unreachable { .. } | Error::Disconnected { .. })) => {
+                local.detach(index, at, &e.to_string());
+                Some(result)
+            }
             _ => Some(result),
         }
     }
