@@ -99,12 +99,11 @@ impl AsyncClient {
         py: Python<'py>,
         items: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.shared.get()?;
         let (keys, values) = self::items(items)?;
-        let routed = self.shared.regions.route(&values);
+        let put = self.shared.put_many(keys, values)?;
         future_into_py(py, async move {
-            let results = regions::put_many(&c, routed, &keys, &values).await;
-            collect("put_many", &keys, results, none).map(drop)
+            let done = put.await;
+            collect("put_many", &done.keys, done.results, none).map(drop)
         })
     }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use memkv_client::Client as RustClient;
+use memkv_client::{Client as RustClient, Transport};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -18,6 +18,8 @@ use crate::runtime::{MadeIn, block_on};
 pub struct Shared {
     client: Mutex<Option<RustClient>>,
     made_in: MadeIn,
+    /// As configured: what the client does once connected does not say it (see `transport`).
+    configured: Transport,
     /// Buffers handed to `register`, kept alive (and exported) as long as the client.
     pub regions: Regions,
 }
@@ -25,10 +27,12 @@ pub struct Shared {
 impl Shared {
     pub fn connect(py: Python<'_>, args: Args) -> PyResult<Shared> {
         let config = args.resolve()?;
+        let configured = config.transport;
         let client = block_on(py, RustClient::connect(config)).map_err(to_py)?;
         Ok(Shared {
             client: Mutex::new(Some(client)),
             made_in: MadeIn::here(),
+            configured,
             regions: Regions::default(),
         })
     }
@@ -59,16 +63,55 @@ impl Shared {
 
     pub fn transport(&self) -> PyResult<String> {
         let c = self.get()?;
+        let local = c.shared_memory_servers();
+        if self.configured == Transport::Shm {
+            // Nothing else moves values under `shm` (a server that cannot be attached fails
+            // the operation), and servers attach on first use, not at connect: the client's
+            // own `tcp (transport shm)` would describe neither.
+            let rest: Vec<&str> = c
+                .servers()
+                .into_iter()
+                .filter(|s| !local.iter().any(|l| l == s))
+                .collect();
+            return Ok(match (local.is_empty(), rest.is_empty()) {
+                (_, true) => format!("shm with {}", local.join(",")),
+                (true, false) => format!("shm, not attached: {}", rest.join(",")),
+                (false, false) => format!(
+                    "shm with {}; not attached: {}",
+                    local.join(","),
+                    rest.join(",")
+                ),
+            });
+        }
         let remote = match (c.transport(), c.rdma_fallback_reason()) {
             ("rdma", _) => format!("rdma over {}", c.rdma_rails().join(",")),
             (other, Some(why)) => format!("{other} ({why})"),
             (other, None) => other.to_owned(),
         };
-        let local = c.shared_memory_servers();
         Ok(if local.is_empty() {
             remote
         } else {
             format!("shm with {}; others {remote}", local.join(","))
+        })
+    }
+
+    /// A batch put as every class makes it: written one-sided from registered memory when all
+    /// the values lie in one region, else through the client's ordinary batch path. The future
+    /// owns the keys and buffers and hands them back, to be released where the caller likes.
+    pub fn put_many(
+        &self,
+        keys: Vec<Vec<u8>>,
+        values: Vec<ByteBuffer>,
+    ) -> PyResult<impl Future<Output = PutMany> + Send + 'static> {
+        let client = self.get()?;
+        let routed = self.regions.route(&values);
+        Ok(async move {
+            let results = regions::put_many(&client, routed, &keys, &values).await;
+            PutMany {
+                keys,
+                results,
+                values,
+            }
         })
     }
 
@@ -79,6 +122,13 @@ impl Shared {
         py.detach(|| self.regions.register(&client, buffer))
             .map_err(to_py)
     }
+}
+
+/// What [`Shared::put_many`] did, with what it was given.
+pub struct PutMany {
+    pub keys: Vec<Vec<u8>>,
+    pub results: Vec<memkv_client::Result<()>>,
+    pub values: Vec<ByteBuffer>,
 }
 
 impl Drop for Shared {
@@ -98,13 +148,44 @@ pub fn readable_all(values: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<ByteB
         .collect()
 }
 
-/// Exports one writable buffer per value.
+/// Exports one writable buffer per value, refusing any two that share a byte.
 pub fn writable_all(buffers: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<ByteBuffer>> {
-    buffers
+    let bufs = buffers
         .try_iter()?
         .enumerate()
         .map(|(i, b)| ByteBuffer::writable(&b?, &format!("{what}[{i}]")))
-        .collect()
+        .collect::<PyResult<Vec<_>>>()?;
+    if let Some((a, b)) = first_overlap(bufs.iter().map(ByteBuffer::span)) {
+        // Each buffer becomes a `&mut [u8]` written by its own reader task, concurrently:
+        // two over the same bytes would be aliasing mutable slices, a data race in Rust terms
+        // and not merely a garbled result.
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{what}[{a}] and {what}[{b}] overlap: each key needs its own memory to be read into"
+        )));
+    }
+    Ok(bufs)
+}
+
+/// Two positions, lower first, whose `(address, length)` spans share a byte. Empty spans share
+/// none.
+fn first_overlap(spans: impl Iterator<Item = (usize, usize)>) -> Option<(usize, usize)> {
+    let mut spans: Vec<(usize, usize, usize)> = spans
+        .enumerate()
+        .filter(|(_, (_, len))| *len > 0)
+        .map(|(i, (start, len))| (start, start.saturating_add(len), i))
+        .collect();
+    spans.sort_unstable();
+    // Sorted by start, a span overlaps an earlier one iff it starts before the furthest end
+    // seen so far.
+    let mut furthest: Option<(usize, usize)> = None;
+    for (start, end, i) in spans {
+        match furthest {
+            Some((reach, j)) if start < reach => return Some((i.min(j), i.max(j))),
+            Some((reach, _)) if reach >= end => {}
+            _ => furthest = Some((end, i)),
+        }
+    }
+    None
 }
 
 fn two<T>(v: Vec<T>) -> Option<(T, T)> {
@@ -247,15 +328,10 @@ impl Client {
     }
 
     fn put_many(&self, py: Python<'_>, items: &Bound<'_, PyAny>) -> PyResult<()> {
-        let c = self.shared.get()?;
         let (keys, values) = self::items(items)?;
-        let pairs: Vec<(&[u8], &[u8])> = keys
-            .iter()
-            .map(Vec::as_slice)
-            .zip(values.iter().map(ByteBuffer::as_slice))
-            .collect();
-        let results = block_on(py, c.put_batch(&pairs));
-        collect("put_many", &keys, results, none).map(drop)
+        // The buffers come back to be released here, with the GIL held.
+        let done = block_on(py, self.shared.put_many(keys, values)?);
+        collect("put_many", &done.keys, done.results, none).map(drop)
     }
 
     fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Vec<Py<PyAny>>> {

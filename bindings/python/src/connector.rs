@@ -89,32 +89,58 @@ impl Outcome {
 }
 
 /// The completion queue and its eventfd, shared with running batches.
-struct Completions {
-    fd: OwnedFd,
-    queue: Mutex<Vec<Completion>>,
+struct Completions(Mutex<Queue>);
+
+struct Queue {
+    /// `None` once the connector is closed.
+    fd: Option<OwnedFd>,
+    done: Vec<Completion>,
 }
 
 impl Completions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn push(&self, id: u64, outcome: Outcome) {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).push((
-            id,
-            outcome.ok,
-            outcome.error,
-            outcome.per_key,
-        ));
+        let mut q = self.lock();
+        // A batch submitted while `close` ran ends after it: nobody can drain it any more.
+        let Some(fd) = &q.fd else { return };
         // Adds 1 to the counter; fails only if it would overflow, when readers are woken anyway.
-        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+        let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+        q.done
+            .push((id, outcome.ok, outcome.error, outcome.per_key));
     }
 
     /// LMCache's consumers poll the eventfd and call `drain_completions` without reading it, so
-    /// the counter is cleared here (or it stays readable and they spin). Cleared before the
-    /// queue is taken: a batch finishing in between writes it again, so nothing is missed.
-    fn drain(&self) -> Vec<Completion> {
+    /// the counter is cleared here (or it stays readable and they spin).
+    fn drain(&self) -> PyResult<Vec<Completion>> {
+        let mut q = self.lock();
+        let fd = q.fd.as_ref().ok_or_else(closed)?;
         let mut counter = [0u8; 8];
         // EAGAIN (already zero) is the only expected failure on a non-blocking eventfd.
-        let _ = rustix::io::read(&self.fd, &mut counter);
-        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()))
+        let _ = rustix::io::read(fd, &mut counter);
+        Ok(std::mem::take(&mut q.done))
     }
+
+    fn raw_fd(&self) -> PyResult<i32> {
+        self.lock()
+            .fd
+            .as_ref()
+            .map(AsRawFd::as_raw_fd)
+            .ok_or_else(closed)
+    }
+
+    /// Closes the eventfd (a process polling it sees it go) and drops what was not drained.
+    fn close(&self) {
+        let mut q = self.lock();
+        q.fd = None;
+        q.done.clear();
+    }
+}
+
+fn closed() -> PyErr {
+    crate::errors::Error::new_err("the connector is closed")
 }
 
 /// LMCache's native connector contract over a memkv client.
@@ -174,18 +200,18 @@ impl MemkvConnector {
         })?;
         Ok(MemkvConnector {
             shared: Shared::connect(py, args)?,
-            completions: Arc::new(Completions {
-                fd,
-                queue: Mutex::new(Vec::new()),
-            }),
+            completions: Arc::new(Completions(Mutex::new(Queue {
+                fd: Some(fd),
+                done: Vec::new(),
+            }))),
             next_id: AtomicU64::new(1),
             running: Mutex::new(Vec::new()),
         })
     }
 
     /// The eventfd written once per completed batch (read it, then `drain_completions`).
-    fn event_fd(&self) -> i32 {
-        self.completions.fd.as_raw_fd()
+    fn event_fd(&self) -> PyResult<i32> {
+        self.completions.raw_fd()
     }
 
     /// Reads each key's value into its buffer. `ok` only when every key was found and fit;
@@ -221,15 +247,14 @@ impl MemkvConnector {
         keys: &Bound<'_, PyAny>,
         buffers: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        let c = self.client()?;
         let keys = keys::keys(keys)?;
         let values = readable_all(buffers, "buffers")?;
         check_counts(keys.len(), values.len())?;
-        let routed = self.shared.regions.route(&values);
+        let put = self.shared.put_many(keys, values)?;
         Ok(self.spawn(async move {
-            let results = regions::put_many(&c, routed, &keys, &values).await;
-            let outcome = Outcome::of("set", &keys, results, |_| true, false, false);
-            (outcome, values)
+            let done = put.await;
+            let outcome = Outcome::of("set", &done.keys, done.results, |_| true, false, false);
+            (outcome, done.values)
         }))
     }
 
@@ -260,7 +285,7 @@ impl MemkvConnector {
     }
 
     /// The batches completed since the last call, oldest first; resets the eventfd.
-    fn drain_completions(&self) -> Vec<Completion> {
+    fn drain_completions(&self) -> PyResult<Vec<Completion>> {
         self.completions.drain()
     }
 
@@ -274,7 +299,8 @@ impl MemkvConnector {
         self.shared.transport()
     }
 
-    /// Waits for the batches in flight (each ends within the client's deadline), then closes.
+    /// Waits for the batches in flight (each ends within the client's deadline), then closes
+    /// the client and the eventfd; every method but `close` raises `memkv.Error` after it.
     fn close(&self, py: Python<'_>) {
         let running = std::mem::take(&mut *self.running.lock().unwrap_or_else(|p| p.into_inner()));
         block_on(py, async move {
@@ -283,6 +309,7 @@ impl MemkvConnector {
             }
         });
         self.shared.close();
+        self.completions.close();
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

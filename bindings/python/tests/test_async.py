@@ -48,3 +48,15 @@ async def test_errors_are_raised_in_the_coroutine(server: MemkvServer) -> None:
     bad = memkv.AsyncClient(servers=[server.address], auth_key="ee" * 32, timeout_ms=3000)
     with pytest.raises(memkv.AuthenticationError):
         await bad.get("a/ten")
+
+
+async def test_get_many_into_refuses_overlapping_buffers(server: MemkvServer) -> None:
+    async with make(server) as c:
+        await c.put_many([("a/ov0", b"0" * 4), ("a/ov1", b"1" * 4)])
+        pool = bytearray(16)
+        view = memoryview(pool)
+        with pytest.raises(ValueError, match=r"buffers\[0\] and buffers\[1\] overlap"):
+            await c.get_many_into(["a/ov0", "a/ov1"], [pool, view[12:16]])
+        assert pool == bytearray(16)
+        assert await c.get_many_into(["a/ov0", "a/ov1"], [view[:4], view[4:8]]) == [4, 4]
+        assert pool[:8] == b"00001111"

@@ -136,6 +136,45 @@ def test_get_many_into_too_small_buffer(client: memkv.Client) -> None:
         client.get_many_into(["fits", "spills"], [bytearray(4), bytearray(4)])
 
 
+def test_get_many_into_refuses_overlapping_buffers(client: memkv.Client) -> None:
+    """Each buffer is written by its own reader at once: shared bytes would be a data race."""
+    client.put_many([(f"ov/{i}", bytes([i]) * 8) for i in range(5)])
+    keys = [f"ov/{i}" for i in range(5)]
+    one = bytearray(8)
+    bufs = [bytearray(8) for _ in range(5)]
+    bufs[1] = bufs[4] = one
+    with pytest.raises(ValueError, match=r"buffers\[1\] and buffers\[4\] overlap"):
+        client.get_many_into(keys, bufs)
+    pool = bytearray(64)
+    view = memoryview(pool)
+    with pytest.raises(ValueError, match=r"buffers\[0\] and buffers\[2\] overlap"):
+        client.get_many_into(keys[:3], [view[0:8], view[32:40], view[7:15]])
+    arr = np.zeros(64, dtype=np.uint8)
+    with pytest.raises(ValueError, match=r"buffers\[0\] and buffers\[1\] overlap"):
+        client.get_many_into(keys[:2], [arr[8:16], arr[0:9]])
+    # Bytes are what count, whatever the views' item types.
+    with pytest.raises(ValueError, match=r"buffers\[0\] and buffers\[2\] overlap"):
+        client.get_many_into(keys[:3], [arr.view(np.uint32)[0:2], arr[8:16], arr[7:8]])
+    assert one == bytearray(8) and not arr.any() and pool == bytearray(64), "nothing written"
+    # Adjacent views and empty ones share no byte.
+    assert client.get_many_into(keys[:2], [view[0:8], view[8:16]]) == [8, 8]
+    assert pool[:16] == bytes([0]) * 8 + bytes([1]) * 8
+    with pytest.raises(memkv.TooLargeError):
+        client.get_many_into(keys[:2], [view[0:0], view[0:0]])
+    # Values to store are only read: one buffer may serve several keys.
+    client.put_many([("ov/same/a", one), ("ov/same/b", one), ("ov/same/c", view[4:12])])
+    assert client.get_many(["ov/same/a", "ov/same/b"]) == [bytes(one)] * 2
+
+
+def test_transport_shm_says_shared_memory_before_and_after_use(server: MemkvServer) -> None:
+    """The test server is on this host and shares its arena: `shm` really moves values
+    through it. Servers attach on first use, and under `shm` nothing else moves values."""
+    with server.client(transport="shm") as c:
+        assert c.transport == f"shm, not attached: {server.address}"
+        c.put("shm/probe", b"x")
+        assert c.transport == f"shm with {server.address}"
+
+
 def test_transport_and_servers(client: memkv.Client, server: MemkvServer) -> None:
     assert client.servers == [server.address]
     # The server is on this host: once it is used, values move through its shared arena.

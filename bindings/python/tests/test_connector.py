@@ -2,6 +2,7 @@
 submit without blocking, wait on the eventfd from an event loop, drain completions."""
 
 import asyncio
+import os
 import selectors
 
 import pytest
@@ -120,6 +121,38 @@ def test_drain_resets_the_eventfd(server: MemkvServer) -> None:
     assert [c[0] for c in conn.drain_completions()] == [f]
     assert sel.select(0) == []
     sel.close()
+
+
+def test_close_closes_the_eventfd(server: MemkvServer) -> None:
+    """LMCache closes connectors and makes new ones: an fd left to the garbage collector
+    leaks one per connector (and a reference cycle may keep it for good)."""
+    conn = connector(server)
+    fd = conn.event_fd()
+    assert os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]"
+    f = conn.submit_batch_exists(["x"])
+    conn.close()
+    # close() waited for the batch; its completion goes with the connector.
+    assert not os.path.exists(f"/proc/self/fd/{fd}")
+    with pytest.raises(memkv.Error, match="the connector is closed"):
+        conn.event_fd()
+    with pytest.raises(memkv.Error, match="the connector is closed"):
+        conn.drain_completions()
+    with pytest.raises(memkv.Error, match="closed"):
+        conn.submit_batch_exists(["x"])
+    conn.close()  # a second close is harmless
+    assert f
+
+
+def test_submit_batch_get_refuses_overlapping_buffers(server: MemkvServer) -> None:
+    conn = connector(server)
+    pool = bytearray(64)
+    view = memoryview(pool)
+    with pytest.raises(ValueError, match=r"buffers\[0\] and buffers\[2\] overlap"):
+        conn.submit_batch_get(["a", "b", "c"], [view[0:16], view[16:32], view[8:24]])
+    # Values to store are only read: one buffer may serve several keys.
+    f = conn.submit_batch_set(["ov/a", "ov/b"], [view[0:16], view[8:24]])
+    assert wait_for(conn, {f})[f][1]
+    conn.close()
 
 
 def test_server_down_completes_with_an_error_not_a_hang() -> None:
