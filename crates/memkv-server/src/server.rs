@@ -41,6 +41,9 @@ pub struct Server {
     shared: Arc<Shared>,
     admin_addr: SocketAddr,
     stop: watch::Sender<bool>,
+    /// The admin API stops after the data plane has drained, so `/v1/ready` answers 503
+    /// `draining` and `/v1/metrics` is scraped through the drain.
+    stop_admin: watch::Sender<bool>,
     data_task: JoinHandle<()>,
     admin_task: JoinHandle<()>,
     reaper_task: JoinHandle<()>,
@@ -126,9 +129,9 @@ impl Server {
             .store(true, std::sync::atomic::Ordering::Release);
         shared.sync_store_metrics();
         let (stop, stopped) = watch::channel(false);
+        let (stop_admin, mut admin_stop) = watch::channel(false);
 
         let admin_source: Arc<dyn crate::admin::StatusSource> = shared.clone();
-        let mut admin_stop = stopped.clone();
         let admin_task = tokio::spawn(async move {
             let shutdown = async move { self::stopped(&mut admin_stop).await };
             if let Err(e) = crate::admin::serve_admin(
@@ -162,6 +165,7 @@ impl Server {
             shared,
             admin_addr,
             stop,
+            stop_admin,
             data_task,
             admin_task,
             reaper_task,
@@ -196,6 +200,7 @@ impl Server {
         let _ = self.stop.send(true);
         let _ = self.data_task.await;
         let _ = self.reaper_task.await;
+        let _ = self.stop_admin.send(true);
         let _ = self.admin_task.await;
         if let Some(task) = self.local_task {
             let _ = task.await;

@@ -646,3 +646,44 @@ async fn admin_endpoints_describe_the_real_server_and_metrics_move_with_work() {
     drop(c);
     server.shutdown().await.unwrap();
 }
+
+/// Through a drain the admin API still answers: `/v1/ready` says 503 `draining` (and metrics
+/// can be scraped) until the data plane has finished. It used to close at the signal, with the
+/// data plane still draining.
+#[tokio::test]
+async fn the_admin_api_answers_draining_until_the_data_plane_has_drained() {
+    let server = Server::start(config("")).await.unwrap();
+    let admin = server.admin_addr();
+    let mut c = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    // Half a put: the drain waits for the rest of it.
+    let value = vec![7u8; 1 << 20];
+    let frame = c.frame(Opcode::TcpPut, b"half", &value);
+    c.send(&frame[..frame.len() / 2]).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stopping = tokio::spawn(server.shutdown());
+    let mut seen = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (code, body) = http_get(admin, "/v1/ready").await;
+        if code == 503 {
+            seen = Some(body);
+            break;
+        }
+    }
+    assert_eq!(seen.as_deref(), Some("draining"));
+    assert!(
+        !stopping.is_finished(),
+        "the drain waits for the half-sent put"
+    );
+    c.send(&frame[frame.len() / 2..]).await;
+    let (status, _) = c.recv().await.map(|(h, b)| (h.status, b)).unwrap();
+    assert_eq!(status, Status::Ok);
+    drop(c);
+    tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .expect("the server stops once drained")
+        .unwrap()
+        .unwrap();
+}
