@@ -169,6 +169,25 @@ def test_non_blocking_gets(manager):
     assert_chunk(objs[1], "c9")
 
 
+def test_one_failed_key_does_not_lose_the_rest_of_a_batched_get(manager, server):
+    put_and_wait(manager, [40, 41, 42])
+    backend = backend_of(manager)
+    # A value larger than a chunk fails its own read (TooLargeError) and nothing else.
+    with memkv.Client(servers=[server.address], auth_key=server.auth_key) as client:
+        client.put(key(41).to_string(), bytes(2 * backend._full_chunk_bytes))
+    objs = manager.batched_get([key(40), key(41), key(42)], location="memkv")
+    assert objs[1] is None
+    assert_chunk(objs[0], "c40")
+    assert_chunk(objs[2], "c42")
+    assert backend.stats["get_failures"] == 1, dict(backend.stats)
+    # Prefetch counts the prefix up to the first gap.
+    objs = asyncio.run_coroutine_threadsafe(
+        backend.batched_get_non_blocking("req-3", [key(40), key(41), key(42)]), manager.loop
+    ).result(DEADLINE_S)
+    assert len(objs) == 1
+    assert_chunk(objs[0], "c40")
+
+
 def test_pin_unpin_remove(manager, server):
     put_and_wait(manager, [10, 11])
     backend = backend_of(manager)

@@ -80,6 +80,22 @@ def test_batch_set_get_and_prefix_with_hole(make_backend):
         assert torch.equal(targets[i].view(torch.uint8), values[i].view(torch.uint8))
 
 
+def test_a_page_that_fails_does_not_lose_the_other_pages_of_its_batch(make_backend, server):
+    backend = make_backend()
+    keys = hashes(3)
+    values = pages(3, seed=4)
+    assert backend.batch_set(keys, values)
+    # Larger than its target: page 1 fails on its own (TooLargeError).
+    raw = server.client()
+    raw.put(backend.keys.flat_page(keys[1]), b"\x01" * (4 * values[1].nbytes))
+    raw.close()
+    targets = [torch.zeros_like(v) for v in values]
+    got = backend.batch_get(keys, targets)
+    assert [g is None for g in got] == [False, True, False]
+    for i in (0, 2):
+        assert torch.equal(targets[i].view(torch.uint8), values[i].view(torch.uint8))
+
+
 def test_batch_get_into_non_contiguous_target(make_backend):
     backend = make_backend()
     [p] = pages(1, numel=64)

@@ -95,6 +95,23 @@ def test_value_of_another_size_is_never_loaded(make_backend, server):
     assert backend.batch_get_v1([k], dst) == [False]
 
 
+def test_a_page_that_fails_does_not_lose_the_other_pages_of_its_batch(make_backend, server):
+    pool = mha_host_pool()
+    backend = make_backend(host_pool=pool, v1=True)
+    keys = hashes(3)
+    src = pool.alloc(3 * pool.page_size)
+    fill_random(pool, src, seed=11)
+    assert backend.batch_set_v1(keys, src) == [True] * 3
+    # Larger than its buffer: page 1's K object fails on its own (TooLargeError).
+    raw = server.client()
+    raw.put(backend.keys.page_objects(keys[1])[0], b"\x01" * (2 * object_size(pool, mla=False)))
+    raw.close()
+    dst = pool.alloc(3 * pool.page_size)
+    assert backend.batch_get_v1(keys, dst) == [True, False, True]
+    got, want = page_bytes(pool, dst), page_bytes(pool, src)
+    assert (got[0], got[2]) == (want[0], want[2])
+
+
 def test_tp_ranks_store_separate_shards(make_backend, model_name, server):
     keys = hashes(2)
     ns = {}

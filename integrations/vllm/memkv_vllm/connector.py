@@ -100,6 +100,18 @@ class MemkvConnector(KVConnectorBase_V1):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         if kv_cache_config is None:
             raise ValueError("memkv_vllm: MemkvConnector needs vLLM's KV cache config (vLLM >= 0.32)")
+        pc = vllm_config.parallel_config
+        for setting, size in (("decode_context_parallel_size", pc.decode_context_parallel_size),
+                              ("prefill_context_parallel_size", pc.prefill_context_parallel_size)):
+            if size > 1:
+                # A block then holds every cp-th token of a larger span, and ranks with one
+                # TP rank hold different tokens: chunk hashes and tp<rank> keys would name
+                # the wrong bytes.
+                raise ValueError(
+                    f"memkv_vllm: MemkvConnector does not support context parallelism "
+                    f"({setting}={size}); set it to 1, or use memkv as a tier of vLLM's "
+                    "OffloadingConnector (MemkvTier)"
+                )
         groups = kv_cache_config.kv_cache_groups
         if len(groups) != 1:
             raise ValueError(
@@ -113,11 +125,13 @@ class MemkvConnector(KVConnectorBase_V1):
         self._layer_names: list[str] = list(groups[0].layer_names)
         self._num_blocks: int = kv_cache_config.num_blocks
         self._page_bytes: int = spec.page_size_bytes
-        self._tp_size: int = vllm_config.parallel_config.tensor_parallel_size
+        self._tp_size: int = pc.tensor_parallel_size
         mc = vllm_config.model_config
         layout = K.Layout(
             model=self._settings.model_id or f"{mc.model}@{mc.revision or ''}",
             kv_dtype=str(spec.dtype),
+            # The spec's dtype is only the storage type: every fp8 format is torch.uint8.
+            cache_dtype=vllm_config.cache_config.cache_dtype,
             block_size=self._block_size,
             num_kv_heads=int(getattr(spec, "num_kv_heads", 0)),
             head_size=int(getattr(spec, "head_size", 0)),

@@ -3,7 +3,7 @@
 A chunk is one vLLM KV block: ``block_size`` consecutive prompt tokens. Its key names
 
 * the namespace: a digest of everything that makes two KV pages byte-compatible (model,
-  KV dtype, block size, KV heads, head size, layer count, tensor-parallel size, an optional
+  KV dtype and vLLM's KV cache dtype setting, block size, KV heads, head size, layer count, tensor-parallel size, an optional
   user namespace), so different models, dtypes or layouts never read each other's bytes;
 * the tensor-parallel rank, because each rank holds a different slice of the heads;
 * a hash chain over the token ids: chunk i's hash covers every token of chunks 0..i (and a
@@ -36,6 +36,7 @@ class Layout:
 
     model: str
     kv_dtype: str
+    cache_dtype: str  # vLLM's --kv-cache-dtype: "auto", "fp8_e4m3", "fp8_e5m2", ...
     block_size: int
     num_kv_heads: int
     head_size: int

@@ -6,7 +6,7 @@ LAYERS = ("model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn")
 
 
 def layout(**kw):
-    base = dict(model="m@", kv_dtype="torch.bfloat16", block_size=128, num_kv_heads=4,
+    base = dict(model="m@", kv_dtype="torch.bfloat16", cache_dtype="auto", block_size=128, num_kv_heads=4,
                 head_size=64, page_bytes=131072, layer_names=LAYERS, tp_size=1)
     base.update(kw)
     return K.Layout(**base)
@@ -14,11 +14,60 @@ def layout(**kw):
 
 def test_namespace_is_stable_and_separates_layouts():
     assert layout().digest() == layout().digest()
-    others = [layout(model="other@"), layout(kv_dtype="torch.float16"), layout(block_size=16),
+    others = [layout(model="other@"), layout(kv_dtype="torch.float16"),
+              layout(cache_dtype="fp8_e5m2"), layout(block_size=16),
               layout(num_kv_heads=8), layout(head_size=128), layout(tp_size=2),
               layout(layer_names=LAYERS[:1]), layout(namespace="tenant-a"), layout(page_bytes=1)]
     digests = {o.digest() for o in others}
     assert len(digests) == len(others) and layout().digest() not in digests
+
+
+def vllm_connector(cache_dtype="auto", **parallel):
+    """A scheduler-side MemkvConnector built by vLLM's own factory, config and KV cache spec."""
+    pytest.importorskip("vllm")
+    import torch
+    from vllm.config import CacheConfig, KVTransferConfig, VllmConfig
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+
+    config = VllmConfig(
+        cache_config=CacheConfig(cache_dtype=cache_dtype),
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="MemkvConnector", kv_connector_module_path="memkv_vllm.connector",
+            kv_role="kv_both",
+            # Nothing listens on port 1: the warm-up fails fast and is only a future miss.
+            kv_connector_extra_config={"servers": ["127.0.0.1:1"], "timeout_ms": 200,
+                                       "model_id": "m"}),
+    )
+    # Set after validation: this CPU build refuses PCP (its V1 model runner lacks it; V2 needs
+    # Triton), which GPU builds accept.
+    for name, value in parallel.items():
+        setattr(config.parallel_config, name, value)
+    dtype = torch.bfloat16 if cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE[cache_dtype]
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=dtype)
+    kv_cache_config = KVCacheConfig(num_blocks=8, kv_cache_tensors=[],
+                                    kv_cache_groups=[KVCacheGroupSpec(list(LAYERS), spec)])
+    connector = KVConnectorFactory.create_connector(config, KVConnectorRole.SCHEDULER, kv_cache_config)
+    connector.shutdown()
+    return connector
+
+
+def test_fp8_formats_sharing_a_storage_dtype_get_different_namespaces():
+    # vLLM stores fp8_e4m3 and fp8_e5m2 alike as torch.uint8 pages of the same size.
+    e4m3, e5m2 = vllm_connector("fp8_e4m3"), vllm_connector("fp8_e5m2")
+    assert e4m3._page_bytes == e5m2._page_bytes
+    assert e4m3._namespace != e5m2._namespace
+
+
+@pytest.mark.parametrize("parallel, setting", [
+    (dict(tensor_parallel_size=2, decode_context_parallel_size=2), "decode_context_parallel_size=2"),
+    (dict(prefill_context_parallel_size=2), "prefill_context_parallel_size=2"),
+])
+def test_context_parallelism_is_refused_naming_the_setting(parallel, setting):
+    with pytest.raises(ValueError, match=f"context parallelism \\({setting}\\)"):
+        vllm_connector(**parallel)
 
 
 def test_only_whole_chunks_are_hashed():

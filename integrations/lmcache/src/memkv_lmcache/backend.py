@@ -210,11 +210,18 @@ class MemKVStorageBackend(StoragePluginInterface):
                 [k.to_string() for k in keys[:wanted]], [_bytes_view(o) for o in objs]
             )
         except memkv.Error as e:
-            self._failed("get_failures", e, wanted)
-            for o in objs:
-                o.ref_count_down()
-            return results
+            if e.results is None:
+                self._failed("get_failures", e, wanted)
+                for o in objs:
+                    o.ref_count_down()
+                return results
+            # Only the items that failed are lost: the others were read into their objects.
+            self._failed("get_failures", e, len(e.keys))
+            lengths = e.results
         for i, (obj, n) in enumerate(zip(objs, lengths, strict=True)):
+            if isinstance(n, Exception):
+                obj.ref_count_down()
+                continue
             if n is None:
                 self._count("get_misses")
                 obj.ref_count_down()

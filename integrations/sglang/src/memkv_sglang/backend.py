@@ -30,7 +30,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 
 from memkv_sglang.keys import KeyScheme, pool_format
 from memkv_sglang.pages import ObjectRanges, group_objects, view_at
-from memkv_sglang.plain import PlainPages
+from memkv_sglang.plain import PlainPages, kept_results
 
 logger = logging.getLogger(__name__)
 
@@ -262,10 +262,8 @@ class MemKVHiCacheStorage(PlainPages, HiCacheStorage):
         try:
             lengths = self.client.get_many_into(names, buffers)
         except memkv.Error as e:
-            # The batch call reports no per-key lengths when any key failed, so no page
-            # of this batch can be trusted.
             logger.warning("memkv: reading %d pages failed: %s", len(keys), e)
-            return [False] * len(keys)
+            lengths = kept_results(e) or [None] * len(names)
         object_ok = []
         for obj, buf, n in zip(objects, buffers, lengths):
             # A value of another size is another layout's or model's page: a miss.

@@ -29,6 +29,14 @@ def _tensor_bytes(value: torch.Tensor):
     return t.contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
+def kept_results(err: "memkv.Error") -> Optional[List[Any]]:
+    """A failed batch read's per-item outcomes, each failed item as a miss (None); None when
+    the error says nothing per item (a connection lost, a deadline missed)."""
+    if err.results is None:
+        return None
+    return [None if isinstance(r, Exception) else r for r in err.results]
+
+
 class PlainPages:
     """Mixed into MemKVHiCacheStorage, which provides client, keys, _exists_objects and
     the metrics lists."""
@@ -96,7 +104,7 @@ class PlainPages:
                 values = self.client.get_many(names)
             except memkv.Error as e:
                 logger.warning("memkv: reading %d pages failed: %s", len(keys), e)
-                return [None] * len(keys)
+                values = kept_results(e) or [None] * len(keys)
             return [
                 None if v is None else torch.frombuffer(bytearray(v), dtype=torch.uint8)
                 for v in values
@@ -119,7 +127,7 @@ class PlainPages:
             lengths = self.client.get_many_into(names, buffers)
         except memkv.Error as e:
             logger.warning("memkv: reading %d pages failed: %s", len(keys), e)
-            return [None] * len(keys)
+            lengths = kept_results(e) or [None] * len(keys)
         out: List[torch.Tensor | None] = []
         read = 0
         for t, buf, n in zip(target_locations, buffers, lengths):
