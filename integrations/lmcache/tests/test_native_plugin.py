@@ -325,3 +325,14 @@ def test_a_value_shorter_than_its_load_buffer_is_not_loaded(adapter):
     assert store(adapter, [41], [short]).is_successful()
     hits, _ = load(adapter, [41], [4000])
     assert hits == [False]
+
+
+def test_draining_after_close_is_an_error_not_a_read_of_a_closed_descriptor(server):
+    # The connector used to read the eventfd by the number it had saved: after close() that
+    # descriptor is closed, or reused by something else in the process.
+    from memkv_lmcache import MemkvConnector
+
+    connector = MemkvConnector(**adapter_spec(server)["adapter_params"])
+    connector.close()
+    with pytest.raises(memkv.Error, match="closed"):
+        connector.drain_completions()

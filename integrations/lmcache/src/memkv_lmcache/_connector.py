@@ -6,13 +6,11 @@ LMCache's factory calls ``MemkvConnector(**adapter_params)`` and wraps the objec
 thread and calls ``drain_completions()``. All of that is implemented in Rust by
 ``memkv.MemkvConnector`` (submits never block, the GIL is released, buffers are held
 until their completion). This class validates ``adapter_params``, so a typo is a clear
-error at start-up instead of a silent fallback to environment defaults, and resets the
-eventfd on each drain, which LMCache's consumers rely on.
+error at start-up instead of a silent fallback to environment defaults.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import memkv
@@ -39,22 +37,10 @@ class MemkvConnector:
         self.submit_batch_set = self._native.submit_batch_set
         self.submit_batch_exists = self._native.submit_batch_exists
         self.submit_batch_delete = self._native.submit_batch_delete
-        self._drain = self._native.drain_completions
-        self._fd = self._native.event_fd()
-
-    def drain_completions(self) -> list:
-        """Completed batches, and the eventfd reset.
-
-        LMCache's consumers (NativeConnectorL2Adapter's demux thread, ConnectorClientBase's
-        add_reader) never read the eventfd themselves: they poll it and call this, so the
-        counter must be cleared here or it stays readable and they spin. Reading it before
-        taking the queue loses nothing: a batch finishing in between writes it again.
-        """
-        try:
-            os.eventfd_read(self._fd)
-        except BlockingIOError:
-            pass
-        return self._drain()
+        # LMCache's consumers (NativeConnectorL2Adapter's demux thread, ConnectorClientBase's
+        # add_reader) poll the eventfd and never read it: draining resets it (in memkv), or
+        # it would stay readable and they would spin.
+        self.drain_completions = self._native.drain_completions
 
     def close(self) -> None:
         self._native.close()
