@@ -111,7 +111,43 @@ pub fn run(args: SetupArgs) -> Result<(), Exit> {
         args.shard_size,
         args.config.display()
     );
+    for hint in service_user_hints(
+        &args.drives,
+        &std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
+    ) {
+        outln!("memkv setup: {hint}");
+    }
     Ok(())
+}
+
+/// The packaged service runs as the `memkv` user, which cannot open drives that root owns
+/// (setup runs as root): says how to hand each such drive over. Nothing when there is no
+/// `memkv` user (`passwd` is /etc/passwd's text).
+fn service_user_hints(drives: &[PathBuf], passwd: &str) -> Vec<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Some(uid) = passwd.lines().find_map(|l| {
+        let mut fields = l.split(':');
+        (fields.next() == Some("memkv")).then(|| fields.nth(1)?.parse::<u32>().ok())?
+    }) else {
+        return Vec::new();
+    };
+    drives
+        .iter()
+        .filter_map(|d| Some((d, std::fs::metadata(d).ok()?)))
+        .filter(|(_, m)| m.uid() != uid)
+        .map(|(d, m)| {
+            let how = if m.file_type().is_block_device() {
+                "a udev rule with OWNER=\"memkv\""
+            } else {
+                "`chown memkv:memkv`"
+            };
+            format!(
+                "{} is not the memkv user's, which the packaged service runs as: give it to \
+                 memkv ({how}; docs/operations.md, \"Drives and the memkv user\")",
+                d.display()
+            )
+        })
+        .collect()
 }
 
 /// Each drive's length, once each drive is known to be a distinct file or device whose path the
@@ -291,4 +327,29 @@ fn write_config(args: &SetupArgs, text: &str) -> Result<(), Exit> {
         )));
     }
     std::fs::rename(&temp, path).map_err(|e| fail(format!("{}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drives_not_the_memkv_users_get_a_hint_only_where_there_is_such_a_user() {
+        let dir = std::env::temp_dir().join(format!("memkv-setup-hint-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let drive = dir.join("d0");
+        std::fs::write(&drive, b"").unwrap();
+        let drives = [drive.clone()];
+        let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&drive).unwrap());
+        let other = owner + 1;
+        let passwd =
+            format!("root:x:0:0::/root:/bin/sh\nmemkv:x:{other}:{other}::/:/usr/sbin/nologin\n");
+        let hints = service_user_hints(&drives, &passwd);
+        assert_eq!(hints.len(), 1);
+        assert!(hints[0].contains("chown memkv:memkv"), "{}", hints[0]);
+        let theirs = format!("memkv:x:{owner}:{owner}::/:/usr/sbin/nologin\n");
+        assert!(service_user_hints(&drives, &theirs).is_empty());
+        assert!(service_user_hints(&drives, "root:x:0:0::/root:/bin/sh\n").is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
