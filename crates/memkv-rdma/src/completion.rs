@@ -34,8 +34,14 @@ pub(crate) trait QueuePairs: Send + Sync + 'static {
     fn qp_num(&self, queue: usize) -> u32;
     fn is_broken(&self, queue: usize) -> bool;
     /// Takes `queue` out of service and moves it to the error state, which makes the NIC
-    /// flush every request outstanding on it.
+    /// flush every request outstanding on it. Called again for a pair not yet
+    /// [`Self::is_stopped`]: it retries the move.
     fn break_queue(&self, queue: usize, reason: &str);
+    /// Whether the NIC verifiably no longer processes `queue`'s requests: a move to the error
+    /// state succeeded or the device reports it there. Only then may a request the NIC never
+    /// flushed be ended without its completion; before, the NIC may still read or write the
+    /// memory the request names, which its operation keeps borrowed until it ends.
+    fn is_stopped(&self, queue: usize) -> bool;
     /// `request` left its send queue (completed, or abandoned after its deadline).
     fn release(&self, _request: &InFlight<Self::Tag>) {}
     /// Runs on every turn of the loop (DC: drained broken initiators go back into service).
@@ -159,10 +165,15 @@ fn finish<Q: QueuePairs>(
 }
 
 /// Breaks queue pairs with a request past its deadline, and ends requests the NIC has not
-/// flushed `FLUSH_GRACE` later. Returns when the next deadline falls, if any.
+/// flushed `FLUSH_GRACE` later if their pair is verifiably stopped; the others (and their
+/// operations, and so their memory) are held until a flush or the stop, retrying the break.
+/// Returns when the next deadline falls, if any.
 pub(crate) fn check_deadlines<Q: QueuePairs>(q: &Q, now: Instant) -> Option<Instant> {
     let deadline = q.work().deadline;
-    let expiry = q.work().table().expire(now, deadline, FLUSH_GRACE);
+    let expiry = q
+        .work()
+        .table()
+        .expire(now, deadline, FLUSH_GRACE, |queue| q.is_stopped(queue));
     for (queue, op) in expiry.newly_late {
         q.break_queue(
             queue,
@@ -173,11 +184,22 @@ pub(crate) fn check_deadlines<Q: QueuePairs>(q: &Q, now: Instant) -> Option<Inst
             ),
         );
     }
+    for queue in expiry.held {
+        tracing::error!(
+            device = q.device_name(),
+            qp_num = q.qp_num(queue),
+            "the NIC flushed no completion for timed-out work requests and the queue pair is \
+             not verifiably in the error state; their operations keep waiting (and their \
+             memory stays borrowed) while the move to the error state is retried"
+        );
+        q.break_queue(queue, "work requests were not flushed after their deadline");
+    }
     if !expiry.abandoned.is_empty() {
         tracing::error!(
             device = q.device_name(),
             count = expiry.abandoned.len(),
-            "the NIC flushed no completion for timed-out work requests; ending them anyway"
+            "the NIC flushed no completion for timed-out work requests on stopped queue \
+             pairs; ending them without it"
         );
     }
     for request in expiry.abandoned {
@@ -230,6 +252,9 @@ mod tests {
         }
         fn break_queue(&self, queue: usize, reason: &str) {
             self.breaks.lock().unwrap().push((queue, reason.to_owned()));
+        }
+        fn is_stopped(&self, queue: usize) -> bool {
+            self.is_broken(queue)
         }
         fn release(&self, request: &InFlight<u64>) {
             self.released

@@ -16,7 +16,8 @@ use crate::slot::Slot;
 use crate::status::WcStatus;
 
 /// How long after a timeout the completion thread waits for the NIC to flush a request before
-/// it gives up on the NIC and ends the operation anyway.
+/// it ends the request without the flush, which it does only if the request's queue pair is
+/// verifiably stopped; otherwise it looks again this often.
 pub(crate) const FLUSH_GRACE: Duration = Duration::from_secs(2);
 
 /// One posted work request.
@@ -50,8 +51,13 @@ pub(crate) struct Expiry<T> {
     /// Queue pairs with a request that passed its deadline just now, each once with the
     /// operation of one such request: break them.
     pub newly_late: Vec<(usize, Op)>,
-    /// Requests the NIC did not flush within the grace period: end them without it.
+    /// Requests the NIC did not flush within the grace period, on queue pairs verifiably
+    /// stopped (in the error or reset state): end them without the flush.
     pub abandoned: Vec<InFlight<T>>,
+    /// Queue pairs (each once) with requests past the grace period that stay in the table
+    /// because the pair is not verifiably stopped: the NIC may still read or write their
+    /// memory, so their operations must keep waiting.
+    pub held: Vec<usize>,
     /// When to look again.
     pub next: Option<Instant>,
 }
@@ -112,11 +118,21 @@ impl<T: Clone> InFlightTable<T> {
     }
 
     /// Marks requests older than `deadline` as timed out, takes out those still here `grace`
-    /// after that, and says when the next of either falls due.
-    pub fn expire(&mut self, now: Instant, deadline: Duration, grace: Duration) -> Expiry<T> {
+    /// after that whose queue pair `stopped` says the NIC has verifiably stopped, and says when
+    /// the next of these falls due (for one held back, `grace` from now).
+    pub fn expire(
+        &mut self,
+        now: Instant,
+        deadline: Duration,
+        grace: Duration,
+        stopped: impl Fn(usize) -> bool,
+    ) -> Expiry<T> {
         let mut newly_late: Vec<(usize, Op)> = Vec::new();
         let mut next: Option<Instant> = None;
         let mut abandoned_ids = Vec::new();
+        let mut held = Vec::new();
+        // Asked at most once per queue pair and call: it may query the device.
+        let mut known: Vec<(usize, bool)> = Vec::new();
         for (id, entry) in &mut self.entries {
             let due = entry.posted_at + deadline;
             if !entry.timed_out && now >= due {
@@ -127,7 +143,24 @@ impl<T: Clone> InFlightTable<T> {
             }
             let when = if entry.timed_out { due + grace } else { due };
             if entry.timed_out && now >= when {
-                abandoned_ids.push(*id);
+                let queue = entry.queue;
+                let is_stopped = match known.iter().find(|(q, _)| *q == queue) {
+                    Some(&(_, s)) => s,
+                    None => {
+                        let s = stopped(queue);
+                        known.push((queue, s));
+                        s
+                    }
+                };
+                if is_stopped {
+                    abandoned_ids.push(*id);
+                } else {
+                    if !held.contains(&queue) {
+                        held.push(queue);
+                    }
+                    let again = now + grace;
+                    next = Some(next.map_or(again, |n| n.min(again)));
+                }
             } else {
                 next = Some(next.map_or(when, |n| n.min(when)));
             }
@@ -139,6 +172,7 @@ impl<T: Clone> InFlightTable<T> {
         Expiry {
             newly_late,
             abandoned,
+            held,
             next,
         }
     }
@@ -205,14 +239,19 @@ mod tests {
         table.remove_run(10, 1..3);
         assert_eq!(table.len(), 2);
 
-        let e = table.expire(t0 + DEADLINE - Duration::from_millis(1), DEADLINE, GRACE);
+        let e = table.expire(
+            t0 + DEADLINE - Duration::from_millis(1),
+            DEADLINE,
+            GRACE,
+            |_| true,
+        );
         assert!(e.newly_late.is_empty() && e.abandoned.is_empty());
         assert_eq!(e.next, Some(t0 + DEADLINE));
 
-        let e = table.expire(t0 + DEADLINE, DEADLINE, GRACE);
+        let e = table.expire(t0 + DEADLINE, DEADLINE, GRACE, |_| true);
         assert_eq!(e.newly_late, vec![(0, Op::Write)]);
         assert_eq!(e.next, Some(later + DEADLINE));
-        let e = table.expire(later + DEADLINE, DEADLINE, GRACE);
+        let e = table.expire(later + DEADLINE, DEADLINE, GRACE, |_| true);
         assert_eq!(e.newly_late, vec![(0, Op::Read)]);
         assert_eq!(e.next, Some(t0 + DEADLINE + GRACE));
 
@@ -222,7 +261,7 @@ mod tests {
             outcome(&read, WcStatus::WR_FLUSH_ERR, 0, 7, DEADLINE),
             Err(timeout_error(7, Op::Read, DEADLINE))
         );
-        let e = table.expire(t0 + DEADLINE + GRACE, DEADLINE, GRACE);
+        let e = table.expire(t0 + DEADLINE + GRACE, DEADLINE, GRACE, |_| true);
         assert!(e.newly_late.is_empty());
         assert_eq!(e.abandoned.len(), 1);
         assert_eq!(e.abandoned[0].op, Op::Write);
@@ -253,10 +292,15 @@ mod tests {
         let r = table.take(4).unwrap();
         assert_eq!((r.queue, r.tag, r.op), (2, 8, Op::Read));
 
-        let e = table.expire(t0 + DEADLINE - Duration::from_millis(1), DEADLINE, GRACE);
+        let e = table.expire(
+            t0 + DEADLINE - Duration::from_millis(1),
+            DEADLINE,
+            GRACE,
+            |_| true,
+        );
         assert!(e.newly_late.is_empty() && e.abandoned.is_empty());
         assert_eq!(e.next, Some(t0 + DEADLINE));
-        let e = table.expire(t0 + DEADLINE, DEADLINE, GRACE);
+        let e = table.expire(t0 + DEADLINE, DEADLINE, GRACE, |_| true);
         assert_eq!(
             e.newly_late,
             vec![(0, Op::Write)],
@@ -264,11 +308,41 @@ mod tests {
         );
         assert_eq!(e.next, Some(t0 + DEADLINE + GRACE));
         assert!(table.take(2).is_some(), "the NIC flushed one");
-        let e = table.expire(t0 + DEADLINE + GRACE, DEADLINE, GRACE);
+        let e = table.expire(t0 + DEADLINE + GRACE, DEADLINE, GRACE, |_| true);
         assert!(e.newly_late.is_empty());
         assert_eq!(e.abandoned.len(), 2);
         assert!(e.abandoned.iter().all(|r| r.queue == 0 && r.tag == 7));
         assert_eq!((table.len(), e.next), (0, None));
+    }
+
+    #[test]
+    fn late_requests_on_a_pair_not_verifiably_stopped_are_held_not_abandoned() {
+        let t0 = Instant::now();
+        let (slot, window) = (Arc::new(Slot::default()), window());
+        let owner = |queue| Owner {
+            slot: &slot,
+            op: Op::Read,
+            window: &window,
+            queue,
+            tag: (),
+        };
+        let mut table = InFlightTable::default();
+        table.insert_run(1, 2, &owner(0), t0);
+        table.insert_run(3, 1, &owner(1), t0);
+        let stopped = |queue| queue == 1;
+        table.expire(t0 + DEADLINE, DEADLINE, GRACE, stopped);
+        let now = t0 + DEADLINE + GRACE;
+        let e = table.expire(now, DEADLINE, GRACE, stopped);
+        assert_eq!(e.held, vec![0], "the NIC may still use their memory");
+        assert_eq!(e.abandoned.len(), 1);
+        assert_eq!(e.abandoned[0].queue, 1);
+        assert_eq!(
+            (table.len(), e.next),
+            (2, Some(now + GRACE)),
+            "looked at again"
+        );
+        let e = table.expire(now + GRACE, DEADLINE, GRACE, |_| true);
+        assert_eq!((e.abandoned.len(), e.held.len(), table.len()), (2, 0, 0));
     }
 
     #[test]

@@ -56,16 +56,23 @@ pub(crate) async fn execute<S: Sender>(
     let mut failure = None;
     while posted < chunks.len() {
         let wanted = u32::try_from(chunks.len() - posted).unwrap_or(u32::MAX);
-        let granted = window.acquire(wanted).await;
-        let (queue, count) = match sender.place(granted).await {
+        // Held by a guard across the wait for a place: a future dropped there (a caller's
+        // timeout, a cancelled task) would otherwise keep them, and the window is the peer's
+        // for the life of the process, so enough cancellations would stall every operation.
+        let mut granted = Unposted {
+            window,
+            slots: window.acquire(wanted).await,
+        };
+        let (queue, count) = match sender.place(granted.slots).await {
             Ok(placed) => placed,
             Err(e) => {
-                window.release_unused(granted);
                 failure = Some(e);
                 break;
             }
         };
-        window.release_unused(granted - count);
+        // `count` slots are now the posted requests', which the completions credit back.
+        window.release_unused(granted.slots - count);
+        granted.slots = 0;
         if !guard.queues.contains(&queue) {
             guard.queues.push(queue);
         }
@@ -103,10 +110,25 @@ pub(crate) async fn execute<S: Sender>(
     }
 }
 
+/// Window slots granted to an operation and not (yet) handed to posted requests; given back
+/// when dropped.
+struct Unposted<'a> {
+    window: &'a PeerWindow,
+    slots: u32,
+}
+
+impl Drop for Unposted<'_> {
+    fn drop(&mut self) {
+        self.window.release_unused(self.slots);
+    }
+}
+
 /// Keeps memory safe when an operation's future is dropped before its completions arrived:
 /// the NIC may still be reading or writing the borrowed memory, so the queue pairs the
 /// operation posted on are broken (which flushes every request outstanding on them) and the
-/// drop waits for the flush.
+/// drop waits for the flush. It waits for as long as that takes: the completion thread ends a
+/// request without its flush only once the pair is verifiably stopped, and returning earlier
+/// would hand the memory back while the NIC may still use it.
 struct InFlightGuard<'a, Q: QueuePairs> {
     pairs: &'a Q,
     slot: &'a Slot,
@@ -125,11 +147,12 @@ impl<Q: QueuePairs> Drop for InFlightGuard<'_, Q> {
                 .break_queue(queue, "an operation was dropped while in flight");
         }
         let limit = self.pairs.work().deadline + FLUSH_GRACE * 2;
-        if !self.slot.wait_blocking(limit) {
+        while !self.slot.wait_blocking(limit) {
             tracing::error!(
                 device = self.pairs.device_name(),
                 qp_num = self.queues.first().map(|&q| self.pairs.qp_num(q)),
-                "work requests of a dropped operation did not complete in {limit:?}"
+                "work requests of a dropped operation did not complete in {limit:?}; still \
+                 waiting, since the NIC may still use their memory"
             );
         }
     }
@@ -138,11 +161,15 @@ impl<Q: QueuePairs> Drop for InFlightGuard<'_, Q> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
+    use std::pin::{Pin, pin};
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::mpsc;
-    use std::time::Duration;
+    use std::task::{Context, Poll, Waker};
+    use std::time::{Duration, Instant};
 
-    use crate::completion::on_completion;
+    use crate::completion::{check_deadlines, on_completion};
     use crate::cq::{NotifiedCq, WorkCompletion};
     use crate::status::WcStatus;
     use crate::window::CongestionWindow;
@@ -182,6 +209,9 @@ mod tests {
         }
         fn break_queue(&self, _queue: usize, reason: &str) {
             self.breaks.lock().unwrap().push(reason.to_owned());
+        }
+        fn is_stopped(&self, queue: usize) -> bool {
+            self.is_broken(queue)
         }
     }
 
@@ -288,5 +318,174 @@ mod tests {
         assert_eq!(*fake.chains.lock().unwrap(), vec![4]);
         assert_eq!(*fake.unplaced.lock().unwrap(), 3);
         assert_eq!(fake.breaks.lock().unwrap().len(), 1);
+    }
+
+    /// One queue pair whose "NIC" takes every chain and never answers (no completion, no
+    /// flush), as a silent peer, or a pair whose move to the error state failed, looks.
+    struct SilentNic {
+        work: WorkRequests<()>,
+        breaks: Mutex<Vec<String>>,
+        /// Whether the pair is verifiably stopped (the move to the error state worked).
+        stopped: AtomicBool,
+        /// `place` waits for ever when set, as `DcSender::place` does while the DCI's send
+        /// queue is full.
+        place_blocks: AtomicBool,
+    }
+
+    impl SilentNic {
+        fn new(deadline: Duration) -> Arc<Self> {
+            Arc::new(Self {
+                work: WorkRequests::new("fake", deadline).unwrap(),
+                breaks: Mutex::default(),
+                stopped: AtomicBool::new(false),
+                place_blocks: AtomicBool::new(false),
+            })
+        }
+    }
+
+    impl QueuePairs for SilentNic {
+        type Tag = ();
+        fn work(&self) -> &WorkRequests<()> {
+            &self.work
+        }
+        fn cq(&self) -> &NotifiedCq {
+            unreachable!("completions are handed in directly")
+        }
+        fn device_name(&self) -> &str {
+            "fake"
+        }
+        fn queue_count(&self) -> usize {
+            1
+        }
+        fn qp_num(&self, _queue: usize) -> u32 {
+            9
+        }
+        fn is_broken(&self, _queue: usize) -> bool {
+            !self.breaks.lock().unwrap().is_empty()
+        }
+        fn break_queue(&self, _queue: usize, reason: &str) {
+            self.breaks.lock().unwrap().push(reason.to_owned());
+        }
+        fn is_stopped(&self, _queue: usize) -> bool {
+            self.stopped.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Sender for SilentNic {
+        type Pairs = SilentNic;
+        fn pairs(&self) -> &SilentNic {
+            self
+        }
+        fn tag(&self) {}
+        async fn place(&self, wanted: u32) -> Result<(usize, u32), RdmaError> {
+            if self.place_blocks.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            Ok((0, wanted))
+        }
+        fn ring(&self, _: usize, _: Op, _: &[Chunk], _: u64) -> Result<(), (usize, RdmaError)> {
+            Ok(())
+        }
+    }
+
+    fn poll_once<F: Future>(f: Pin<&mut F>) -> Poll<F::Output> {
+        f.poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    fn chunks(n: usize) -> Vec<Chunk> {
+        let c = Chunk {
+            local_addr: 0x1000,
+            lkey: 1,
+            len: 64,
+            remote_addr: 0x8000,
+            rkey: 2,
+        };
+        vec![c; n]
+    }
+
+    fn flush(nic: &SilentNic, wr_id: u64) {
+        let wc = WorkCompletion {
+            wr_id,
+            status: WcStatus::WR_FLUSH_ERR,
+            vendor_err: 0,
+            qp_num: 9,
+        };
+        on_completion(nic, wc);
+    }
+
+    #[test]
+    fn an_operation_dropped_while_waiting_for_a_place_gives_its_window_slots_back() {
+        let nic = SilentNic::new(Duration::from_secs(5));
+        nic.place_blocks.store(true, Ordering::SeqCst);
+        let window = Arc::new(PeerWindow::new("p".into(), CongestionWindow::new(4, 1, 4)));
+        let chunks = chunks(4);
+        {
+            let mut op = pin!(execute(&*nic, Op::Write, &chunks, &window));
+            assert!(poll_once(op.as_mut()).is_pending(), "waiting for a place");
+            assert_eq!(window.snapshot().in_flight(), 4);
+            // Dropped here (a caller's timeout, a cancelled task), nothing posted.
+        }
+        assert_eq!(nic.work.in_flight(), 0);
+        assert_eq!(window.snapshot().in_flight(), 0, "the slots came back");
+        let mut acquire = pin!(window.acquire(1));
+        assert_eq!(
+            poll_once(acquire.as_mut()),
+            Poll::Ready(1),
+            "the peer is usable"
+        );
+    }
+
+    #[test]
+    fn an_operation_the_nic_never_flushed_waits_until_a_flush_while_its_pair_is_not_stopped() {
+        let deadline = Duration::from_millis(50);
+        let nic = SilentNic::new(deadline);
+        let window = Arc::new(PeerWindow::new("p".into(), CongestionWindow::default()));
+        let chunks = chunks(2);
+        let mut op = pin!(execute(&*nic, Op::Read, &chunks, &window));
+        assert!(poll_once(op.as_mut()).is_pending());
+        assert_eq!(nic.work.in_flight(), 2);
+        // The completion thread's deadline checks, long past the deadline and the grace.
+        let t0 = Instant::now();
+        for k in 1..=4 {
+            check_deadlines(&*nic, t0 + (deadline + FLUSH_GRACE) * k);
+            assert!(
+                poll_once(op.as_mut()).is_pending(),
+                "the READ must not end (freeing its buffer) while the NIC holds its requests"
+            );
+        }
+        assert_eq!(nic.work.in_flight(), 2);
+        let breaks = nic.breaks.lock().unwrap().len();
+        assert!(
+            breaks >= 2,
+            "the deadline broke the pair, then retried: {breaks}"
+        );
+        flush(&nic, 1);
+        flush(&nic, 2);
+        let Poll::Ready(Err(RdmaError::Timeout { .. })) = poll_once(op.as_mut()) else {
+            panic!("a flushed late request ends its operation with the timeout")
+        };
+        assert_eq!(window.snapshot().in_flight(), 0);
+    }
+
+    #[test]
+    fn an_operation_the_nic_never_flushed_ends_once_its_pair_is_stopped() {
+        let deadline = Duration::from_millis(50);
+        let nic = SilentNic::new(deadline);
+        let window = Arc::new(PeerWindow::new("p".into(), CongestionWindow::default()));
+        let chunks = chunks(2);
+        let mut op = pin!(execute(&*nic, Op::Write, &chunks, &window));
+        assert!(poll_once(op.as_mut()).is_pending());
+        let t0 = Instant::now();
+        check_deadlines(&*nic, t0 + deadline * 2);
+        nic.stopped.store(true, Ordering::SeqCst);
+        assert!(poll_once(op.as_mut()).is_pending(), "within the grace");
+        check_deadlines(&*nic, t0 + deadline * 2 + FLUSH_GRACE * 2);
+        let Poll::Ready(Err(RdmaError::Timeout { .. })) = poll_once(op.as_mut()) else {
+            panic!("ended without the flush once the pair was stopped")
+        };
+        assert_eq!(
+            (nic.work.in_flight(), window.snapshot().in_flight()),
+            (0, 0)
+        );
     }
 }

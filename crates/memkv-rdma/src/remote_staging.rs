@@ -151,20 +151,47 @@ impl StagedRange {
         self.len == 0
     }
 
-    /// The staged bytes (a put's, once the client's WRITE completed and it sent Commit).
+    /// Copies the staged bytes from `offset` on into `dst` (a put's, once the client's WRITE
+    /// completed and it sent Commit). Panics if the bytes lie outside the range.
     ///
-    /// Peers hold the region's rkey, so a misbehaving one could write these bytes while they
-    /// are read; the server verifies every value's checksum as it stores or serves it.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: the run lies inside the mapping, which the `Arc` keeps mapped, and belongs
-        // to this range alone until it is dropped (the chunk map handed it out once).
-        unsafe { std::slice::from_raw_parts(self.start() as *const u8, self.len) }
+    /// A copy, not a slice: peers hold the region's rkey, so a misbehaving one can write these
+    /// bytes at any time, and a reference to memory changed under it is undefined behaviour.
+    /// The server verifies every value's checksum on what it copied.
+    pub fn copy_out(&self, offset: usize, dst: &mut [u8]) {
+        self.check(offset, dst.len());
+        // SAFETY: `check` keeps the bytes inside the run, which lies inside the mapping the
+        // `Arc` keeps mapped and belongs to this range alone (the chunk map handed it out
+        // once); `dst` is owned memory that cannot overlap the mapping. Raw copies make no
+        // claim that the bytes stay unchanged (a peer's WRITE may land meanwhile).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self.start() + offset) as *const u8,
+                dst.as_mut_ptr(),
+                dst.len(),
+            );
+        }
     }
 
-    /// The staged bytes, to fill from the drives before the client READs them.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`; `&mut self` makes this the range's only slice.
-        unsafe { std::slice::from_raw_parts_mut(self.start() as *mut u8, self.len) }
+    /// Copies `src` into the staged bytes from `offset` on (a get's, from the drives, before
+    /// the client READs them). Panics if the bytes lie outside the range.
+    pub fn copy_in(&mut self, offset: usize, src: &[u8]) {
+        self.check(offset, src.len());
+        // SAFETY: as in `copy_out`, with the roles of the two sides swapped.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                (self.start() + offset) as *mut u8,
+                src.len(),
+            );
+        }
+    }
+
+    fn check(&self, offset: usize, len: usize) {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len),
+            "{len} bytes at {offset} lie outside a staged range of {} bytes",
+            self.len
+        );
     }
 }
 

@@ -17,12 +17,51 @@ use super::plan::{Segment, disjoint_mut, pack, split_for_rails, spread};
 use crate::{Error, Result};
 use futures::future::join_all;
 
-/// Where a value lives in the server's arena; `len` 0 moves nothing.
+/// Where a value lives in the server's arena; `len` 0 moves nothing. Checked with
+/// [`Remote::check`] before it is moved, so `addr + offset` (offset < `len`) cannot overflow.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Remote {
     pub len: usize,
     pub addr: u64,
     pub rkey: u32,
+}
+
+/// The remote memory a server announced in its Connect answer on one rail (its arena, or its
+/// staging region): where it starts and its rkey. Connect names no length, so only the start
+/// and the end of the address space bound a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ArenaWindow {
+    pub addr: u64,
+    pub rkey: u32,
+}
+
+impl Remote {
+    /// Refuses a range an Allocate or Lookup answer gave that lies outside what the server
+    /// announced on any of `windows` (the rails it is moved on): a misbehaving or confused
+    /// server must not steer this client's READs and WRITEs to memory it did not offer, nor
+    /// make an address computation wrap.
+    pub fn check(&self, server: &str, windows: &[ArenaWindow]) -> Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        let end = u64::try_from(self.len)
+            .ok()
+            .and_then(|len| self.addr.checked_add(len));
+        let outside = windows
+            .iter()
+            .find(|w| end.is_none() || self.rkey != w.rkey || self.addr < w.addr);
+        match outside {
+            None => Ok(()),
+            Some(w) => Err(Error::Protocol {
+                server: server.to_owned(),
+                source: memkv_proto::ProtoError::BadRequest(format!(
+                    "the server gave the remote range of {} bytes at {:#x} (rkey {:#x}), \
+                     outside the memory it announced in Connect (from {:#x}, rkey {:#x})",
+                    self.len, self.addr, self.rkey, w.addr, w.rkey
+                )),
+            }),
+        }
+    }
 }
 
 /// Per value: `None` when its bytes moved, else why not.
@@ -322,5 +361,47 @@ mod tests {
         assert_eq!(alternative(&[true, false, false], 2), Some(0));
         assert_eq!(alternative(&[false], 0), None);
         assert_eq!(alternative(&[false, false], 0), None);
+    }
+}
+
+#[cfg(test)]
+mod remote_check_tests {
+    use super::*;
+
+    const WINDOW: ArenaWindow = ArenaWindow {
+        addr: 0x10_0000,
+        rkey: 7,
+    };
+
+    fn remote(addr: u64, len: usize, rkey: u32) -> Remote {
+        Remote { len, addr, rkey }
+    }
+
+    #[test]
+    fn remote_ranges_outside_the_connect_window_are_protocol_errors() {
+        let ok = |r: Remote| r.check("s1", &[WINDOW]).is_ok();
+        assert!(ok(remote(0x10_0000, 4096, 7)));
+        assert!(ok(remote(0x20_0000, 1, 7)));
+        assert!(ok(remote(0, 0, 0)), "nothing to move");
+        assert!(!ok(remote(0xf_ffff, 2, 7)), "below the arena");
+        assert!(!ok(remote(0x10_0000, 8, 8)), "another rkey");
+        assert!(!ok(remote(u64::MAX - 3, 8, 7)), "wraps");
+        let other = ArenaWindow {
+            addr: 0x20_0000,
+            rkey: 7,
+        };
+        assert!(
+            remote(0x10_0000, 8, 7)
+                .check("s1", &[WINDOW, other])
+                .is_err(),
+            "every rail it may move on must hold it"
+        );
+        let e = remote(0x8, 16, 7).check("s1", &[WINDOW]).unwrap_err();
+        let Error::Protocol { ref server, .. } = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(server, "s1");
+        let text = e.to_string();
+        assert!(text.contains("16 bytes at 0x8"), "{text}");
     }
 }

@@ -19,6 +19,7 @@ use memkv_rdma::{QpOptions, RdmaDevice, StagingPool};
 use tokio::sync::Mutex;
 
 use super::channel::{Channel, dci_pool};
+use super::mover::ArenaWindow;
 use super::rails::{Health, Rail, RailStats, usable};
 use crate::config::{ClientConfig, Transport};
 use crate::conn::Connection;
@@ -36,6 +37,8 @@ pub(crate) struct Session {
     control: Arc<Connection>,
     pub channel: Channel,
     pub rail: usize,
+    /// What the server announced in Connect: ranges it gives later must lie there.
+    pub arena: ArenaWindow,
 }
 
 impl Session {
@@ -420,6 +423,10 @@ impl RdmaPath {
             control,
             channel,
             rail,
+            arena: ArenaWindow {
+                addr: peer.arena_addr,
+                rkey: peer.arena_rkey,
+            },
         });
         *slot = Some(Arc::clone(&session));
         Ok(session)

@@ -6,7 +6,7 @@
 use memkv_proto::messages::LookupResponse;
 
 use super::buffer::{RdmaBuffer, verify};
-use super::mover::{Remote, merge};
+use super::mover::{ArenaWindow, Remote, merge};
 use super::path::RdmaPath;
 use crate::client::Client;
 use crate::{Error, Result};
@@ -46,7 +46,7 @@ impl Client {
                     .map(|(key, value)| self.allocate(index, key, value.len())),
             )
             .await;
-            let remotes: Vec<Remote> = allocs
+            let mut remotes: Vec<Remote> = allocs
                 .iter()
                 .zip(values)
                 .map(|(alloc, value)| match alloc {
@@ -58,9 +58,26 @@ impl Client {
                     Err(_) => Remote::default(),
                 })
                 .collect();
-            let moved = rdma
+            let windows: Vec<ArenaWindow> = sessions.iter().map(|s| s.arena).collect();
+            // A refused range moves nothing; its reservation is aborted as a failed move's.
+            let refused: Vec<Option<Error>> = remotes
+                .iter_mut()
+                .map(|r| {
+                    let e = r.check(&server, &windows).err();
+                    if e.is_some() {
+                        *r = Remote::default();
+                    }
+                    e
+                })
+                .collect();
+            let mut moved = rdma
                 .write_values(index, &server, &sessions, &remotes, values, direct)
                 .await;
+            for (m, e) in moved.iter_mut().zip(refused) {
+                if e.is_some() {
+                    *m = e;
+                }
+            }
             let settled = join_all(allocs.into_iter().zip(&moved).zip(values).map(
                 |((alloc, failed), value)| async move {
                     let alloc = alloc?;
@@ -98,6 +115,7 @@ impl Client {
             let limit = self.inner.limits.max_value_len;
             let mut found: Vec<Result<Option<usize>>> = Vec::with_capacity(keys.len());
             let mut remotes = Vec::with_capacity(keys.len());
+            let windows: Vec<ArenaWindow> = sessions.iter().map(|s| s.arena).collect();
             for (i, pin) in pins.iter().enumerate() {
                 let (cap, what) = match &dest {
                     Dest::Vecs(_) => (limit, "value"),
@@ -116,14 +134,17 @@ impl Client {
                         }),
                         Remote::default(),
                     ),
-                    Ok(Some(p)) => (
-                        Ok(Some(p.len as usize)),
-                        Remote {
+                    Ok(Some(p)) => {
+                        let remote = Remote {
                             len: p.len as usize,
                             addr: p.addr,
                             rkey: p.rkey,
-                        },
-                    ),
+                        };
+                        match remote.check(&server, &windows) {
+                            Ok(()) => (Ok(Some(p.len as usize)), remote),
+                            Err(e) => (Err(e), Remote::default()),
+                        }
+                    }
                 };
                 found.push(result);
                 remotes.push(remote);

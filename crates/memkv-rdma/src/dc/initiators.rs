@@ -20,6 +20,9 @@ use crate::work_requests::WorkRequests;
 #[derive(Default)]
 pub(crate) struct DciHealth {
     pub broken: Option<String>,
+    /// The move to the error state succeeded: the NIC no longer touches the memory of the
+    /// DCI's requests, so those it never flushed may be ended without their completion.
+    pub stopped: bool,
     pub repair_failed: bool,
 }
 
@@ -47,24 +50,38 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl PoolCore {
     /// Takes `dci` out of service and moves it to the error state, which flushes its requests.
+    /// On a DCI already broken but not stopped (the move failed), retries the move.
     pub fn break_dci(&self, dci: usize, reason: &str) {
         {
             let mut health = lock(&self.health);
             let Some(h) = health.get_mut(dci) else { return };
-            if h.broken.is_some() {
+            if h.stopped {
                 return;
             }
-            tracing::warn!(
-                qp_num = self.dci_nums[dci],
-                device = self.device.name(),
-                "DC initiator broken: {reason}"
-            );
-            h.broken = Some(reason.to_owned());
-            lock(&self.selector).mark_broken(dci);
+            if h.broken.is_none() {
+                tracing::warn!(
+                    qp_num = self.dci_nums[dci],
+                    device = self.device.name(),
+                    "DC initiator broken: {reason}"
+                );
+                h.broken = Some(reason.to_owned());
+                lock(&self.selector).mark_broken(dci);
+            }
         }
-        if let Err(e) = lock(&self.dcis[dci]).qp.to_error() {
-            tracing::error!(qp_num = self.dci_nums[dci], "{e}");
+        let initiator = lock(&self.dcis[dci]);
+        match initiator.qp.to_error() {
+            // Recorded under the DCI's lock, which a repair's reset also takes, so the flag
+            // cannot be set after a reset that already put the DCI back in service.
+            Ok(()) => {
+                if let Some(h) = lock(&self.health).get_mut(dci) {
+                    h.stopped = true;
+                }
+            }
+            // Not stopped: requests the NIC holds stay in flight (their memory borrowed, the
+            // DCI out of service) and the completion thread calls this again.
+            Err(e) => tracing::error!(qp_num = self.dci_nums[dci], "{e}"),
         }
+        drop(initiator);
         self.work.wake_thread();
     }
 
@@ -158,6 +175,10 @@ impl QueuePairs for PoolCore {
 
     fn break_queue(&self, dci: usize, reason: &str) {
         self.break_dci(dci, reason);
+    }
+
+    fn is_stopped(&self, dci: usize) -> bool {
+        lock(&self.health).get(dci).is_some_and(|h| h.stopped)
     }
 
     fn release(&self, request: &InFlight<u64>) {

@@ -316,8 +316,10 @@ impl Initiator {
         // on it. The address handle lives as long as the caller's peer, which the operation
         // borrows until its completions arrived. Each scatter/gather entry names memory the
         // caller's `LocalMemory` promises is registered under its lkey and stays valid until
-        // the completion, which the operation awaits (or, if dropped, breaks the DCI and waits
-        // for the flush).
+        // the request's completion or flush: the operation awaits it (or, if dropped, breaks
+        // the DCI and blocks until it), and the completion thread ends a request without one
+        // only once the DCI is verifiably in the error state (`QueuePairs::is_stopped`), when
+        // the NIC no longer touches that memory.
         unsafe {
             ibv_wr_start(qpx);
             for (i, c) in chunks.iter().enumerate() {

@@ -34,6 +34,9 @@ pub(crate) struct QpCore {
     pub work: WorkRequests<()>,
     broken: Mutex<Option<String>>,
     is_broken: AtomicBool,
+    /// The pair is verifiably in the error state: the NIC no longer touches the memory of
+    /// requests on it, so those it never flushed may be ended without their completion.
+    stopped: AtomicBool,
 }
 
 impl QpCore {
@@ -55,6 +58,7 @@ impl QpCore {
             connection: OnceLock::new(),
             broken: Mutex::new(None),
             is_broken: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
         })
     }
 
@@ -97,12 +101,33 @@ impl QpCore {
             }
             self.is_broken.store(true, Ordering::Release);
         }
-        if let Err(e) = verbs::to_error(&mut self.lock_qp()) {
-            tracing::error!(
+        if self.is_stopped() {
+            return;
+        }
+        match verbs::to_error(&mut self.lock_qp()) {
+            Ok(()) => self.stopped.store(true, Ordering::Release),
+            // Not stopped: requests the NIC holds stay in flight (their memory borrowed) and
+            // the completion thread calls this again.
+            Err(e) => tracing::error!(
                 qp_num = self.qp_num,
                 "moving the queue pair to the error state: {e}"
-            );
+            ),
         }
+    }
+
+    /// Whether the pair is verifiably in the error state (a move there succeeded, or the
+    /// device reports it there, as after a failed move it may).
+    pub fn is_stopped(&self) -> bool {
+        if self.stopped.load(Ordering::Acquire) {
+            return true;
+        }
+        // Only a broken pair can be in the error state on purpose; this keeps the query
+        // (a system call) off the deadline checks of healthy pairs.
+        if self.is_broken() && verbs::in_error_state(&self.lock_qp()) {
+            self.stopped.store(true, Ordering::Release);
+            return true;
+        }
+        false
     }
 }
 
@@ -135,5 +160,9 @@ impl QueuePairs for QpCore {
 
     fn break_queue(&self, _queue: usize, reason: &str) {
         self.break_pair(reason);
+    }
+
+    fn is_stopped(&self, _queue: usize) -> bool {
+        QpCore::is_stopped(self)
     }
 }

@@ -176,8 +176,10 @@ pub(crate) fn post_chain(
         // SAFETY: the queue pair is alive (we hold it); the chain and its scatter/gather
         // entries live until the call returns (the provider copies them into the send queue);
         // each entry names memory the caller's `LocalMemory` promises is registered under its
-        // lkey and stays valid until the completion, which the operation awaits (or, if
-        // dropped, breaks the pair and waits for).
+        // lkey and stays valid until the request's completion or flush: the operation awaits
+        // it (or, if dropped, breaks the pair and blocks until it), and the completion thread
+        // ends a request without one only once the pair is verifiably in the error state
+        // (`QueuePairs::is_stopped`), when the NIC no longer touches that memory.
         unsafe { rdma_mummy_sys::ibv_post_send(qp.qp().as_ptr(), wr_base, &mut bad) }
     };
     if rc == 0 {

@@ -93,9 +93,7 @@ fn commit(shared: &Shared, staging: &Staging, h: &Header, payload: &[u8]) -> Opt
         range,
     } = staging.take_put(req.reservation)?;
     let len = range.len() as u64;
-    // The store hashes the bytes as it writes them, in order, so the commit's check reads
-    // nothing back.
-    let written = reservation.write_at(0, range.as_slice());
+    let written = write_staged(&mut reservation, &range);
     drop(range);
     let committed = match written {
         Ok(()) => shared.store.commit(reservation, req.checksum),
@@ -113,6 +111,32 @@ fn commit(shared: &Shared, staging: &Staging, h: &Header, payload: &[u8]) -> Opt
         },
         Err(e) => fail(h, &e),
     })
+}
+
+/// How much of a staged value is copied out of the region at a time: small enough to stay in
+/// cache between the copy and the drive write.
+const COPY_PIECE: usize = 1 << 20;
+
+/// Writes the staged bytes into the reservation. Peers may write the region at any time, so
+/// the bytes are copied out piece by piece (never borrowed); the store hashes them as it
+/// writes them, in order, so the commit's check covers exactly what reached the drives and
+/// reads nothing back.
+fn write_staged(
+    reservation: &mut memkv_store::Reservation,
+    range: &memkv_rdma::StagedRange,
+) -> Result<(), StoreError> {
+    let mut piece = vec![0u8; COPY_PIECE.min(range.len())];
+    let mut at = 0;
+    // At least one write, as before, so an empty value is committed the same way.
+    loop {
+        let n = piece.len().min(range.len() - at);
+        range.copy_out(at, &mut piece[..n]);
+        reservation.write_at(at as u64, &piece[..n])?;
+        at += n;
+        if at >= range.len() {
+            return Ok(());
+        }
+    }
 }
 
 /// Reads the value from the drives into staging (verified as every read is) and pins it there
@@ -134,8 +158,14 @@ fn lookup(shared: &Shared, staging: &Staging, h: &Header, key: &[u8], payload: &
             Ok(range) => range,
             Err(full) => return busy(h, &full),
         };
-        let (len, checksum) = match shared.store.read_into_slice(key, range.as_mut_slice()) {
-            Ok(Some(read)) => read,
+        // Read (and verified) in owned memory, then copied in: peers may write the region at
+        // any time, so no reference into it is handed to the store.
+        let mut value = vec![0u8; range.len()];
+        let (len, checksum) = match shared.store.read_into_slice(key, &mut value) {
+            Ok(Some(read)) => {
+                range.copy_in(0, &value[..read.0]);
+                read
+            }
             // Deleted meanwhile, or unreadable (a failed checksum or drive): a miss.
             Ok(None) => return Outgoing::error(h, Status::NotFound, "no such key"),
             // Replaced by a longer value since its length was read: stage that one.
