@@ -102,30 +102,14 @@ impl ClientConfig {
 
     /// Reads `MEMKV_CONFIG` (if set) and the `MEMKV_*` environment of this process.
     pub fn from_env() -> Result<ClientConfig> {
-        ClientConfig::from_env_with(&|_| None)
+        ConfigSources::load(&|_| None)?.config()
     }
 
     /// Like [`ClientConfig::from_env`], with `overrides` consulted before the environment
-    /// for each variable (a CLI's `--servers` stands in for `MEMKV_SERVERS`, and so on).
+    /// for each variable (a CLI's `--servers` stands in for `MEMKV_SERVERS`, and so on);
+    /// errors name the variable.
     pub fn from_env_with(overrides: &dyn Fn(&str) -> Option<String>) -> Result<ClientConfig> {
-        let env = |name: &str| overrides(name).or_else(|| std::env::var(name).ok());
-        let file = config_file(&env)?;
-        let file = file.as_ref().map(|(p, t)| (p.as_path(), t.as_str()));
-        ClientConfig::resolve(file, &env, &key_file::default_key_file_path())
-    }
-
-    /// Only the server list, resolved as [`ClientConfig::from_env_with`] does (no auth key is
-    /// needed, e.g. for the admin API).
-    pub fn servers_from_env_with(
-        overrides: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Vec<String>> {
-        let env = |name: &str| overrides(name).or_else(|| std::env::var(name).ok());
-        let file = config_file(&env)?;
-        let (origin, raw) = match &file {
-            Some((path, text)) => (path.display().to_string(), parse_file(path, text)?),
-            None => (String::new(), RawClientConfig::default()),
-        };
-        resolve_servers(&env, raw.servers, &origin)
+        ConfigSources::load(&named_after_variables(overrides))?.config()
     }
 
     /// Builds a configuration from a config file's text, an environment lookup and the key
@@ -135,57 +119,174 @@ impl ClientConfig {
         env: &dyn Fn(&str) -> Option<String>,
         key_file_path: &Path,
     ) -> Result<ClientConfig> {
+        let env = named_after_variables(env);
+        ConfigSources::new(file, Box::new(move |name| Ok(env(name))))?
+            .config_with_key_file(key_file_path)
+    }
+}
+
+/// A value standing in for a `MEMKV_*` variable, and the name errors give it (`--servers`
+/// for a flag: the user may never have set the variable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setting {
+    /// The text, as the variable would hold it.
+    pub value: String,
+    /// What errors call it: the variable, or the flag or argument given in its place.
+    pub origin: String,
+}
+
+impl Setting {
+    pub fn new(value: impl Into<String>, origin: impl Into<String>) -> Setting {
+        Setting {
+            value: value.into(),
+            origin: origin.into(),
+        }
+    }
+}
+
+fn named_after_variables(
+    overrides: &dyn Fn(&str) -> Option<String>,
+) -> impl Fn(&str) -> Option<Setting> + '_ {
+    move |name| overrides(name).map(|value| Setting::new(value, name))
+}
+
+type Lookup<'a> = dyn Fn(&str) -> Result<Option<Setting>> + 'a;
+
+/// The overrides, this process's `MEMKV_*` environment and the `MEMKV_CONFIG` file, read once.
+/// Each setting is resolved when asked for, so a command resolves only what it uses (`admin
+/// status` and `drive list` need servers and a deadline, never an auth key).
+pub struct ConfigSources<'a> {
+    env: Box<Lookup<'a>>,
+    /// The file's path as errors name it; empty without a file.
+    origin: String,
+    raw: RawClientConfig,
+}
+
+impl<'a> ConfigSources<'a> {
+    /// Reads `MEMKV_CONFIG` (an override of it included) once; a `MEMKV_*` variable that is
+    /// not UTF-8 is refused by name rather than taken as unset.
+    pub fn load(overrides: &'a dyn Fn(&str) -> Option<Setting>) -> Result<ConfigSources<'a>> {
+        let env = move |name: &str| match overrides(name) {
+            Some(setting) => Ok(Some(setting)),
+            None => match std::env::var(name) {
+                Ok(value) => Ok(Some(Setting::new(value, name))),
+                Err(std::env::VarError::NotPresent) => Ok(None),
+                Err(std::env::VarError::NotUnicode(_)) => Err(Error::Config(format!(
+                    "{name}: the value is not valid UTF-8"
+                ))),
+            },
+        };
+        let file = match env("MEMKV_CONFIG")? {
+            Some(setting) if !setting.value.is_empty() => {
+                let path = PathBuf::from(setting.value);
+                let text = read_config_file(&path)?;
+                Some((path, text))
+            }
+            _ => None,
+        };
+        let file = file.as_ref().map(|(p, t)| (p.as_path(), t.as_str()));
+        ConfigSources::new(file, Box::new(env))
+    }
+
+    fn new(file: Option<(&Path, &str)>, env: Box<Lookup<'a>>) -> Result<ConfigSources<'a>> {
         let (origin, raw) = match file {
             Some((path, text)) => (path.display().to_string(), parse_file(path, text)?),
             None => (String::new(), RawClientConfig::default()),
         };
-        let key = |name: &str| format!("{origin}: {name}");
-        let servers = resolve_servers(env, raw.servers, &origin)?;
-        let auth_key = match (env("MEMKV_AUTH_KEY"), raw.auth_key) {
-            (Some(hex), _) => parse_key(&hex, "MEMKV_AUTH_KEY")?,
-            (None, Some(hex)) => parse_key(&hex, &key("auth_key"))?,
+        Ok(ConfigSources { env, origin, raw })
+    }
+
+    fn env(&self, name: &str) -> Result<Option<Setting>> {
+        (self.env)(name)
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}: {name}", self.origin)
+    }
+
+    /// The server list.
+    pub fn servers(&self) -> Result<Vec<String>> {
+        match self.env("MEMKV_SERVERS")? {
+            Some(list) => parse_server_list(&list.value, &list.origin),
+            None => match &self.raw.servers {
+                Some(list) => check_servers(list.clone(), &self.key("servers")),
+                None => Ok(vec![DEFAULT_SERVER.to_owned()]),
+            },
+        }
+    }
+
+    /// The deadline of one operation, when one is configured.
+    pub fn timeout(&self) -> Result<Option<Duration>> {
+        let ms = match self.env("MEMKV_TIMEOUT_MS")? {
+            Some(n) => Some(parse_int(&n.value, &n.origin, 1, MAX_TIMEOUT_MS)?),
+            None => match (self.raw.timeout_ms, &self.raw.deadline) {
+                (Some(_), Some(_)) => {
+                    return Err(Error::Config(format!(
+                        "{}: set timeout_ms or deadline, not both",
+                        self.origin
+                    )));
+                }
+                (Some(ms), None) => Some(in_range(ms, &self.key("timeout_ms"), 1, MAX_TIMEOUT_MS)?),
+                (None, Some(text)) => Some(parse_duration_ms(text, &self.key("deadline"))?),
+                (None, None) => None,
+            },
+        };
+        Ok(ms.map(Duration::from_millis))
+    }
+
+    /// The auth key, falling back on the local key file.
+    pub fn auth_key(&self) -> Result<AuthKey> {
+        self.auth_key_with(&key_file::default_key_file_path())
+    }
+
+    fn auth_key_with(&self, key_file_path: &Path) -> Result<AuthKey> {
+        match (self.env("MEMKV_AUTH_KEY")?, &self.raw.auth_key) {
+            (Some(hex), _) => parse_key(&hex.value, &hex.origin),
+            (None, Some(hex)) => parse_key(hex, &self.key("auth_key")),
             (None, None) => key_file::read_key_file(key_file_path).map_err(|e| {
                 Error::Config(format!(
                     "no auth key configured (MEMKV_AUTH_KEY, auth_key in MEMKV_CONFIG) and the \
                      local key file is unusable: {e}"
                 ))
-            })?,
-        };
-        let transport = match (env("MEMKV_TRANSPORT"), raw.transport) {
-            (Some(t), _) => Transport::parse(&t, "MEMKV_TRANSPORT")?,
-            (None, Some(t)) => Transport::parse(&t, &key("transport"))?,
+            }),
+        }
+    }
+
+    /// The whole configuration, falling back on the local key file.
+    pub fn config(&self) -> Result<ClientConfig> {
+        self.config_with_key_file(&key_file::default_key_file_path())
+    }
+
+    fn config_with_key_file(&self, key_file_path: &Path) -> Result<ClientConfig> {
+        let env = |name: &str| self.env(name);
+        let raw = &self.raw;
+        let origin = &self.origin;
+        let key = |name: &str| self.key(name);
+        let servers = self.servers()?;
+        let auth_key = self.auth_key_with(key_file_path)?;
+        let transport = match (env("MEMKV_TRANSPORT")?, &raw.transport) {
+            (Some(t), _) => Transport::parse(&t.value, &t.origin)?,
+            (None, Some(t)) => Transport::parse(t, &key("transport"))?,
             (None, None) => Transport::Auto,
         };
-        let num_connections = match env("MEMKV_NUM_CONNECTIONS") {
-            Some(n) => parse_int(&n, "MEMKV_NUM_CONNECTIONS", 1, MAX_NUM_CONNECTIONS as u64)?,
+        let num_connections = match env("MEMKV_NUM_CONNECTIONS")? {
+            Some(n) => parse_int(&n.value, &n.origin, 1, MAX_NUM_CONNECTIONS as u64)?,
             None => match raw.num_connections {
                 Some(n) => in_range(n, &key("num_connections"), 1, MAX_NUM_CONNECTIONS as u64)?,
                 None => DEFAULT_NUM_CONNECTIONS as u64,
             },
         } as usize;
-        let timeout_ms = match env("MEMKV_TIMEOUT_MS") {
-            Some(n) => Some(parse_int(&n, "MEMKV_TIMEOUT_MS", 1, MAX_TIMEOUT_MS)?),
-            None => match (raw.timeout_ms, raw.deadline) {
-                (Some(_), Some(_)) => {
-                    return Err(Error::Config(format!(
-                        "{origin}: set timeout_ms or deadline, not both"
-                    )));
-                }
-                (Some(ms), None) => Some(in_range(ms, &key("timeout_ms"), 1, MAX_TIMEOUT_MS)?),
-                (None, Some(text)) => Some(parse_duration_ms(&text, &key("deadline"))?),
-                (None, None) => None,
-            },
-        };
-        let pkey_index = match env("MEMKV_RDMA_PKEY_INDEX") {
-            Some(n) => Some(parse_int(&n, "MEMKV_RDMA_PKEY_INDEX", 0, u16::MAX.into())? as u16),
+        let timeout = self.timeout()?.unwrap_or(DEFAULT_TIMEOUT);
+        let pkey_index = match env("MEMKV_RDMA_PKEY_INDEX")? {
+            Some(n) => Some(parse_int(&n.value, &n.origin, 0, u16::MAX.into())? as u16),
             None => raw.pkey_index,
         };
-        let rdma_devices = match env("MEMKV_RDMA_DEVICES") {
-            Some(list) => split_list(&list),
-            None => raw.rdma_devices.unwrap_or_default(),
+        let rdma_devices = match env("MEMKV_RDMA_DEVICES")? {
+            Some(list) => split_list(&list.value),
+            None => raw.rdma_devices.clone().unwrap_or_default(),
         };
-        let num_dcis = match env("MEMKV_RDMA_NUM_DCIS") {
-            Some(n) => parse_int(&n, "MEMKV_RDMA_NUM_DCIS", 1, MAX_NUM_DCIS.into())?,
+        let num_dcis = match env("MEMKV_RDMA_NUM_DCIS")? {
+            Some(n) => parse_int(&n.value, &n.origin, 1, MAX_NUM_DCIS.into())?,
             None => match raw.num_dcis {
                 Some(n) => in_range(n, &key("num_dcis"), 1, MAX_NUM_DCIS.into())?,
                 None => DEFAULT_NUM_DCIS.into(),
@@ -204,7 +305,7 @@ impl ClientConfig {
                 "{origin}: license is accepted and not needed: memkv has no licence gate"
             );
         }
-        if env("MEMKV_LICENSE").is_some() {
+        if env("MEMKV_LICENSE")?.is_some() {
             tracing::debug!("MEMKV_LICENSE is accepted and not needed: memkv has no licence gate");
         }
         Ok(ClientConfig {
@@ -212,7 +313,7 @@ impl ClientConfig {
             auth_key,
             transport,
             num_connections,
-            timeout: timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis),
+            timeout,
             pkey_index,
             rdma_devices,
             num_dcis,
@@ -242,48 +343,14 @@ struct RawClientConfig {
     license: Option<serde_norway::Value>,
 }
 
-fn resolve_servers(
-    env: &dyn Fn(&str) -> Option<String>,
-    from_file: Option<Vec<String>>,
-    origin: &str,
-) -> Result<Vec<String>> {
-    match env("MEMKV_SERVERS") {
-        Some(list) => parse_server_list(&list, "MEMKV_SERVERS"),
-        None => match from_file {
-            Some(list) => check_servers(list, &format!("{origin}: servers")),
-            None => Ok(vec![DEFAULT_SERVER.to_owned()]),
-        },
-    }
-}
-
-/// The `MEMKV_CONFIG` file's path and text, when the variable is set.
-fn config_file(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<(PathBuf, String)>> {
-    match env("MEMKV_CONFIG") {
-        Some(path) if !path.is_empty() => {
-            let path = PathBuf::from(path);
-            let text = read_config_file(&path)?;
-            Ok(Some((path, text)))
-        }
-        _ => Ok(None),
-    }
-}
-
 /// Config files are a few hundred bytes; refuse to read something huge by mistake.
 const MAX_CONFIG_FILE_BYTES: u64 = 1 << 20;
 
 fn read_config_file(path: &Path) -> Result<String> {
-    let io = |source| Error::Io {
+    memkv_config::read_to_string_limited(path, MAX_CONFIG_FILE_BYTES).map_err(|source| Error::Io {
         context: format!("MEMKV_CONFIG file {}", path.display()),
         source: std::sync::Arc::new(source),
-    };
-    let len = std::fs::metadata(path).map_err(io)?.len();
-    if len > MAX_CONFIG_FILE_BYTES {
-        return Err(Error::Config(format!(
-            "MEMKV_CONFIG file {} is {len} bytes; the limit is {MAX_CONFIG_FILE_BYTES}",
-            path.display()
-        )));
-    }
-    std::fs::read_to_string(path).map_err(io)
+    })
 }
 
 fn parse_file(path: &Path, text: &str) -> Result<RawClientConfig> {

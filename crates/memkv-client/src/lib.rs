@@ -38,7 +38,7 @@ mod rdma;
 
 pub use blocking::BlockingClient;
 pub use client::Client;
-pub use config::{ClientConfig, Transport};
+pub use config::{ClientConfig, ConfigSources, Setting, Transport};
 pub use destination::ReadDestination;
 pub use error::{Error, Result};
 /// The local auth key file (shared with the server: `memkv-config`).

@@ -10,9 +10,10 @@ use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use memkv_proto::{AuthKey, KeyParseError as AuthKeyError};
+
+use crate::files::temp_path_for;
 
 /// A key file could not be read or written. Every message names the file.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +47,9 @@ fn key_file_path_from(xdg_state_home: Option<PathBuf>, home: Option<PathBuf>) ->
     PathBuf::from("/var/lib/memkv/auth_key")
 }
 
+/// Largest key file read; a key file holds 65 bytes.
+const MAX_KEY_FILE_BYTES: u64 = 4096;
+
 /// Reads a key file: 64 hex characters, optionally surrounded by whitespace.
 pub fn read_key_file(path: &Path) -> Result<AuthKey, KeyFileError> {
     let io_error = |source| KeyFileError::Io {
@@ -61,16 +65,7 @@ pub fn read_key_file(path: &Path) -> Result<AuthKey, KeyFileError> {
             "auth key file is accessible to group or others; run chmod 600 on it"
         );
     }
-    // The file should hold 65 bytes; refuse to slurp something huge by mistake.
-    if metadata.len() > 4096 {
-        return Err(KeyFileError::BadKey {
-            path: path.to_owned(),
-            source: AuthKeyError::WrongLength {
-                got: usize::try_from(metadata.len()).unwrap_or(usize::MAX),
-            },
-        });
-    }
-    let text = fs::read_to_string(path).map_err(io_error)?;
+    let text = crate::files::read_to_string_limited(path, MAX_KEY_FILE_BYTES).map_err(io_error)?;
     AuthKey::from_hex(&text).map_err(|source| KeyFileError::BadKey {
         path: path.to_owned(),
         source,
@@ -120,17 +115,6 @@ pub fn load_or_create_key_file(path: &Path) -> Result<(AuthKey, bool), KeyFileEr
 }
 
 /// Unique per process and call, so concurrent creators never share a temporary file.
-fn temp_path_for(path: &Path) -> PathBuf {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let mut name = path.file_name().unwrap_or_default().to_owned();
-    name.push(format!(
-        ".tmp.{}.{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    path.with_file_name(name)
-}
-
 fn write_new_private_file(path: &Path, contents: &[u8]) -> io::Result<()> {
     let mut file = OpenOptions::new()
         .write(true)

@@ -4,14 +4,18 @@
 //! * [`parse_size`] / [`ByteSize`]: "2 MiB", "1.5 GiB", "4K", "4096".
 //! * [`parse_duration`]: "500ms", "10s", "2m", or a bare number in the caller's unit.
 //! * [`key_file`]: where the generated auth key lives, reading it, and creating it atomically.
+//! * [`read_to_string_limited`]: a small settings file, with a size limit pipes cannot evade;
+//!   [`temp_path_for`]: where to write a file before renaming it into place.
 
 #![forbid(unsafe_code)]
 
 mod duration;
+mod files;
 pub mod key_file;
 mod size;
 
 pub use duration::{BareNumber, DurationError, parse_duration};
+pub use files::{read_to_string_limited, temp_path_for};
 pub use key_file::{KeyFileError, default_key_file_path, load_or_create_key_file, read_key_file};
 pub use size::{ACCEPTED_SIZE_FORMS, ByteSize, SizeError, SizeText, parse_size};
 

@@ -80,11 +80,12 @@ impl DriveCommand {
     }
 }
 
-/// Runs `command` against `server` (its data address); `key` signs changes.
+/// Runs `command` against `server` (its data address); `key` gives the key that signs
+/// changes, asked for only by them: `list` and `status` work without one.
 pub async fn run(
     command: DriveCommand,
     server: &str,
-    key: &AuthKey,
+    key: &dyn Fn() -> Result<AuthKey, Exit>,
     deadline: Duration,
 ) -> Result<(), Exit> {
     let target = command.target();
@@ -121,10 +122,10 @@ pub async fn run(
             Ok(())
         }
         DriveCommand::Remove { media, .. } => {
-            change(&client, &admin, server, key, "remove", &media, deadline).await
+            change(&client, &admin, server, &key()?, "remove", &media, deadline).await
         }
         DriveCommand::Add { media, .. } => {
-            change(&client, &admin, server, key, "add", &media, deadline).await
+            change(&client, &admin, server, &key()?, "add", &media, deadline).await
         }
     }
 }

@@ -90,20 +90,45 @@ pub async fn get(client: &Client, key: &OsStr, file: Option<&Path>) -> Result<()
         |e: std::io::Error, name: &str| Exit::with(exit::FAILURE, format!("writing {name}: {e}"));
     match file {
         Some(path) if !is_stdio(Some(path)) => {
-            let name = path.display().to_string();
-            let mut f = File::create(path).map_err(|e| write_error(e, &name))?;
-            write_chunks(&mut f, &value, &progress).map_err(|e| write_error(e, &name))?;
-            f.sync_all().map_err(|e| write_error(e, &name))?;
+            write_file(path, &value, &progress)
+                .map_err(|e| write_error(e, &path.display().to_string()))?;
         }
         _ => {
             let mut out = std::io::stdout().lock();
-            write_chunks(&mut out, &value, &progress)
-                .and_then(|()| out.flush())
-                .map_err(|e| write_error(e, "standard output"))?;
+            match write_chunks(&mut out, &value, &progress).and_then(|()| out.flush()) {
+                Ok(()) => {}
+                // A reader that has gone (`memkv get k | head -c1`) is success, as for every
+                // command's output (stdout.rs).
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(e) => return Err(write_error(e, "standard output")),
+            }
         }
     }
     progress.finish();
     Ok(())
+}
+
+/// Writes `value` beside `path` and renames it over `path` once it is complete and on disk,
+/// so a failure part way (disk full, a file size limit) leaves the old file as it was.
+fn write_file(path: &Path, value: &[u8], progress: &Progress) -> std::io::Result<()> {
+    let temp = memkv_config::temp_path_for(path);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        // Replacing the file must not change who may read it.
+        if let Ok(old) = std::fs::metadata(path) {
+            f.set_permissions(old.permissions())?;
+        }
+        write_chunks(&mut f, value, progress)?;
+        f.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
 }
 
 fn write_chunks(out: &mut dyn Write, value: &[u8], progress: &Progress) -> std::io::Result<()> {

@@ -20,10 +20,13 @@ mod start;
 use std::time::Duration;
 
 use clap::Parser;
-use memkv_client::{Client, ClientConfig};
+use memkv_client::{Client, ConfigSources, Setting};
 
 use cli::{AdminCommand, Cli, Command, GlobalArgs, NetCommand};
 use exit::Exit;
+
+/// Deadline of an admin API request unless the client's settings give one.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn main() {
     let cli = Cli::parse();
@@ -80,7 +83,8 @@ fn run(cli: Cli) -> Result<(), Exit> {
                 json,
                 fixture_root,
             };
-            net::doctor::run(args, admin_deadline(&cli.global)?)
+            let flags = flags(&cli.global);
+            net::doctor::run(args, admin_deadline(&ConfigSources::load(&flags)?)?)
         }
         Command::Bench(args) => bench::run(&cli.global, args),
         command => {
@@ -94,17 +98,25 @@ fn run(cli: Cli) -> Result<(), Exit> {
     }
 }
 
-/// The CLI flags as overrides of the matching environment variables.
-fn overrides(global: &GlobalArgs) -> impl Fn(&str) -> Option<String> + '_ {
+/// The CLI flags, standing in for their environment variables under their own names: an
+/// error about `--timeout-ms 0` must not blame a MEMKV_TIMEOUT_MS the user never set.
+pub(crate) fn flags(global: &GlobalArgs) -> impl Fn(&str) -> Option<Setting> + '_ {
     move |name| match name {
-        "MEMKV_SERVERS" => global.servers.clone(),
-        "MEMKV_AUTH_KEY" => global.auth_key.clone(),
-        "MEMKV_TIMEOUT_MS" => global.timeout_ms.map(|ms| ms.to_string()),
+        "MEMKV_SERVERS" => global.servers.clone().map(|v| Setting::new(v, "--servers")),
+        "MEMKV_AUTH_KEY" => global
+            .auth_key
+            .clone()
+            .map(|v| Setting::new(v, "--auth-key")),
+        "MEMKV_TIMEOUT_MS" => global
+            .timeout_ms
+            .map(|ms| Setting::new(ms.to_string(), "--timeout-ms")),
         _ => None,
     }
 }
 
 async fn client_command(global: &GlobalArgs, command: Command) -> Result<(), Exit> {
+    let flags = flags(global);
+    let sources = ConfigSources::load(&flags)?;
     if let Command::Admin(AdminCommand::Status {
         json,
         servers,
@@ -119,30 +131,35 @@ async fn client_command(global: &GlobalArgs, command: Command) -> Result<(), Exi
             insecure,
         };
         let servers = if servers.is_empty() {
-            ClientConfig::servers_from_env_with(&overrides(global))?
+            sources.servers()?
         } else {
+            for server in &servers {
+                admin::admin_address(server).map_err(|e| Exit::with(exit::USAGE, e))?;
+            }
             servers
         };
-        return admin::status(servers, json, admin_deadline(global)?, &tls).await;
+        return admin::status(servers, json, admin_deadline(&sources)?, &tls).await;
     }
-    let config = ClientConfig::from_env_with(&overrides(global))?;
     if let Command::Drive(drive) = command {
-        let server = match (&drive.target().server, config.servers.as_slice()) {
-            (Some(server), _) => server.clone(),
-            (None, [only]) => only.clone(),
-            (None, servers) => {
-                return Err(Exit::with(
-                    exit::USAGE,
-                    format!(
-                        "memkv drive acts on one server; name it with --server (the client's list has {})",
-                        servers.len()
-                    ),
-                ));
-            }
+        let server = match &drive.target().server {
+            Some(server) => server.clone(),
+            None => match sources.servers()?.as_slice() {
+                [only] => only.clone(),
+                servers => {
+                    return Err(Exit::with(
+                        exit::USAGE,
+                        format!(
+                            "memkv drive acts on one server; name it with --server (the client's list has {})",
+                            servers.len()
+                        ),
+                    ));
+                }
+            },
         };
-        return drive::run(drive, &server, &config.auth_key, admin_deadline(global)?).await;
+        let deadline = admin_deadline(&sources)?;
+        return drive::run(drive, &server, &|| Ok(sources.auth_key()?), deadline).await;
     }
-    let client = Client::connect(config).await?;
+    let client = Client::connect(sources.config()?).await?;
     match command {
         Command::Put { key, file } => kv::put(&client, &key, file.as_deref()).await,
         Command::Get { key, file } => kv::get(&client, &key, file.as_deref()).await,
@@ -152,24 +169,9 @@ async fn client_command(global: &GlobalArgs, command: Command) -> Result<(), Exi
     }
 }
 
-/// `--timeout-ms`, else `MEMKV_TIMEOUT_MS`, else 5 s: the same precedence as client commands.
-fn admin_deadline(global: &GlobalArgs) -> Result<Duration, Exit> {
-    let ms = match (global.timeout_ms, std::env::var("MEMKV_TIMEOUT_MS")) {
-        (Some(ms), _) => ms,
-        (None, Ok(text)) => text
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|ms| (1..=3_600_000).contains(ms))
-            .ok_or_else(|| {
-                Exit::with(
-                    exit::USAGE,
-                    format!("MEMKV_TIMEOUT_MS: {text:?} is not an integer in 1..=3600000"),
-                )
-            })?,
-        (None, Err(_)) => 5000,
-    };
-    Ok(Duration::from_millis(ms))
+/// The admin API's deadline: the client's (flag, environment, MEMKV_CONFIG), else 5 s.
+fn admin_deadline(sources: &ConfigSources<'_>) -> Result<Duration, Exit> {
+    Ok(sources.timeout()?.unwrap_or(ADMIN_TIMEOUT))
 }
 
 fn keygen() -> Result<(), Exit> {

@@ -160,3 +160,53 @@ fn an_offered_rate_paces_the_calls() {
     assert_eq!(r["ops"], 100);
     assert!(r["seconds"].as_f64().unwrap() >= 0.247, "{r}");
 }
+
+/// A rate whose interval between calls no `Duration` can hold (1e-300/s) is refused with the
+/// accepted range, not a panic.
+#[test]
+fn a_rate_below_the_floor_is_refused_with_the_range() {
+    let out = memkv()
+        .args([
+            "bench",
+            "--local",
+            "--rate",
+            "1e-300",
+            "--count",
+            "1",
+            "--sizes",
+            "4K",
+            "--threads",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("from 0.001 to 10000000"), "{stderr}");
+}
+
+/// `--local` fixes only the server and its key: the other client settings apply, here
+/// MEMKV_NUM_CONNECTIONS.
+#[test]
+fn a_local_bench_honours_the_client_settings() {
+    let out = memkv()
+        .env("MEMKV_NUM_CONNECTIONS", "2")
+        .args([
+            "bench",
+            "--local",
+            "--json",
+            "--count",
+            "1",
+            "--sizes",
+            "4K",
+            "--threads",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["connections"], 2, "{doc}");
+}

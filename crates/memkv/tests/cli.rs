@@ -99,6 +99,47 @@ async fn auth_and_reachability_failures_have_their_exit_codes() {
     cmd.args(["get", "k"]);
     let o = run(cmd, None).await;
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("MEMKV_AUTH_KEY"), "{}", stderr(&o));
+    // Named as the flag it came from: MEMKV_AUTH_KEY is not set.
+    assert!(stderr(&o).contains("--auth-key"), "{}", stderr(&o));
     server.shutdown().await.unwrap();
+}
+
+/// `get KEY FILE` replaces FILE only with a complete value: when the write fails part way (here
+/// RLIMIT_FSIZE of 1 MiB makes it fail with EFBIG, as a full disk would) FILE keeps its old
+/// contents and no temporary file is left beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_into_an_existing_file_leaves_it_intact_when_the_write_fails() {
+    let server = start_server().await;
+    let addr = server.data_addr().to_string();
+    let dir = scratch("get-partial");
+    let input = dir.join("value.bin");
+    std::fs::write(&input, pattern(3 << 20)).unwrap();
+    let mut put = memkv(&addr, KEY_HEX);
+    put.args(["put", "big"]).arg(&input);
+    let o = run(put, None).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let out = dir.join("out.bin");
+    std::fs::write(&out, b"OLD CONTENTS\n").unwrap();
+    let mut get = std::process::Command::new("sh");
+    get.arg("-c")
+        .arg(r#"trap '' XFSZ; ulimit -f 1024; exec "$0" "$@""#)
+        .arg(env!("CARGO_BIN_EXE_memkv"))
+        .args(["--servers", &addr, "--auth-key", KEY_HEX, "get", "big"])
+        .arg(&out)
+        .env("XDG_STATE_HOME", scratch("get-partial-state"));
+    let o = run(get, None).await;
+    server.shutdown().await.unwrap();
+    assert_eq!(o.status.code(), Some(1), "the write was meant to fail");
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        b"OLD CONTENTS\n",
+        "{}",
+        stderr(&o)
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 2, "a temporary file was left behind: {left:?}");
 }

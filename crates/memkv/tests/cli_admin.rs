@@ -44,8 +44,9 @@ async fn admin_status_json_is_an_array_with_one_object_per_server() {
             .args(["--servers", &addr, "admin", "status"]);
         cmd
     };
+    // Exit 1, bad configuration, as for every client command (not 2, a usage error).
     let o = run(status_with_env_deadline("soon"), None).await;
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("MEMKV_TIMEOUT_MS"), "{}", stderr(&o));
     let o = run(status_with_env_deadline("2000"), None).await;
     assert!(o.status.success(), "{}", stderr(&o));
@@ -66,6 +67,26 @@ fn output_into_a_closed_pipe_ends_quietly() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{:?}: {stderr}", o.status);
     assert!(stderr.is_empty(), "{stderr}");
+}
+
+/// Standard output that cannot be written (a full disk) is an error with its reason, exit 1,
+/// not a panic.
+#[test]
+fn output_that_cannot_be_written_is_an_error_not_a_panic() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = bare("keygen-full")
+        .arg("keygen")
+        .stdout(full)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("writing standard output"), "{err}");
 }
 
 #[test]
@@ -289,6 +310,111 @@ async fn settings_come_from_the_config_file_then_env_then_flags() {
     assert!(stderr(&o).contains("auth_kee"), "{}", stderr(&o));
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `--timeout-ms` is held to 1..=3600000 by the admin commands as by the client ones: a zero
+/// deadline would report every healthy server as down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_status_refuses_a_deadline_out_of_range() {
+    let server = start_server_with_admin_at_port_plus_one().await;
+    let addr = server.data_addr().to_string();
+    let mut cmd = bare("admin-t0");
+    cmd.args(["--timeout-ms", "0", "admin", "status", &addr]);
+    let o = run(cmd, None).await;
+    server.shutdown().await.unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        !out.contains("ERROR"),
+        "a healthy server was reported down:\n{out}"
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--timeout-ms"), "{}", stderr(&o));
+}
+
+/// One bad setting, one exit code: a bad MEMKV_TIMEOUT_MS is bad configuration (exit 1) for
+/// `admin status` as for the client commands.
+#[test]
+fn a_bad_memkv_timeout_ms_exits_alike_for_admin_status_and_client_commands() {
+    let unused = closed_address();
+    let o_client = bare("env-t-client")
+        .env("MEMKV_TIMEOUT_MS", "soon")
+        .args(["--servers", &unused, "--auth-key", KEY_HEX, "exists", "k"])
+        .output()
+        .unwrap();
+    let o_admin = bare("env-t-admin")
+        .env("MEMKV_TIMEOUT_MS", "soon")
+        .args(["admin", "status", &unused])
+        .output()
+        .unwrap();
+    assert_eq!(o_client.status.code(), Some(1), "{}", stderr(&o_client));
+    assert_eq!(o_admin.status.code(), Some(1), "{}", stderr(&o_admin));
+}
+
+/// A malformed server argument is a usage error, found before anything is contacted (exit 2,
+/// as for `drive list --server bogus`), not an unreachable server.
+#[test]
+fn admin_status_with_a_malformed_server_is_a_usage_error() {
+    let o = bare("admin-bogus")
+        .args(["admin", "status", "bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("bogus"), "{}", stderr(&o));
+}
+
+/// A bad flag is named as the flag the user typed, not as the environment variable it stands
+/// in for (which may not be set at all).
+#[test]
+fn a_bad_flag_is_named_as_the_flag() {
+    let unused = closed_address();
+    let good = [("--servers", unused.as_str()), ("--auth-key", KEY_HEX)];
+    for (flag, value) in [
+        ("--timeout-ms", "0"),
+        ("--servers", "no-port"),
+        ("--auth-key", "abcd"),
+    ] {
+        let mut cmd = bare("flag-name");
+        for (other, good_value) in good.iter().filter(|(other, _)| *other != flag) {
+            cmd.args([other, good_value]);
+        }
+        cmd.args([flag, value, "exists", "k"]);
+        let o = cmd.output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{flag}: {err}");
+        assert!(
+            err.contains(flag) && !err.contains("MEMKV_"),
+            "{flag}: {err}"
+        );
+    }
+}
+
+/// A MEMKV_* variable that is not UTF-8 is refused by name (exit 1), not taken as unset: here
+/// that would have sent the command to MEMKV_CONFIG's servers instead.
+#[test]
+fn a_non_utf8_setting_is_refused_not_ignored() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = scratch("non-utf8-env");
+    let config = dir.join("client.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "servers: [\"{}\"]\nauth_key: {KEY_HEX}\ntimeout_ms: 2000\n",
+            closed_address()
+        ),
+    )
+    .unwrap();
+    let o = bare("non-utf8-env-state")
+        .env("MEMKV_CONFIG", &config)
+        .env(
+            "MEMKV_SERVERS",
+            std::ffi::OsStr::from_bytes(b"10.0.0.1:9900\xff"),
+        )
+        .args(["exists", "k"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("MEMKV_SERVERS"), "{err}");
 }
 
 /// A server whose admin API serves HTTPS with a self-signed certificate for 127.0.0.1 and

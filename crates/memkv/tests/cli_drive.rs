@@ -247,3 +247,17 @@ async fn drive_changes_must_be_signed_once_with_the_auth_key() {
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `drive list` and `drive status` only read the unauthenticated /v1/status: they need no auth
+/// key (here the server is down, so exit 5 rather than "no auth key configured").
+#[test]
+fn drive_list_needs_no_auth_key() {
+    let unused = closed_address();
+    let o = bare("drive-nokey")
+        .args(["--timeout-ms", "2000", "drive", "list", "--server", &unused])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(!err.contains("no auth key"), "{err}");
+    assert_eq!(o.status.code(), Some(5), "{err}");
+}

@@ -170,6 +170,73 @@ fn memkv_client_configs_with_license_and_mtu_load() {
     assert!(e.contains("licence_typo"), "{e}");
 }
 
+/// MEMKV_CONFIG's size limit holds for a file with no length: a pipe, FIFO or device
+/// (`MEMKV_CONFIG=<(...)`, /dev/zero) is read up to the limit and refused, naming the limit,
+/// not read without bound.
+#[test]
+fn a_config_arriving_through_a_pipe_is_held_to_the_size_limit() {
+    let dir = std::env::temp_dir().join(format!("memkv-client-config-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("client.yaml");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let writer_path = fifo.clone();
+    // Detached: should a reader refuse the FIFO without opening it, this thread stays
+    // blocked in open() and ends with the test process.
+    std::thread::spawn(move || {
+        let Ok(mut f) = std::fs::OpenOptions::new().write(true).open(&writer_path) else {
+            return;
+        };
+        let line = "# padding padding padding padding padding padding padding padd\n";
+        for _ in 0..(4 << 20) / line.len() {
+            if std::io::Write::write_all(&mut f, line.as_bytes()).is_err() {
+                return; // the reader stopped at the limit
+            }
+        }
+        let _ = std::io::Write::write_all(
+            &mut f,
+            format!("servers: [\"127.0.0.1:1\"]\nauth_key: {KEY_A}\n").as_bytes(),
+        );
+    });
+    let config_path = fifo.display().to_string();
+    let overrides = move |name: &str| match name {
+        "MEMKV_CONFIG" => Some(config_path.clone()),
+        _ => None,
+    };
+    let message = match ClientConfig::from_env_with(&overrides) {
+        Ok(config) => panic!(
+            "a 4 MiB MEMKV_CONFIG was read and accepted: servers {:?}",
+            config.servers
+        ),
+        Err(e) => e.to_string(),
+    };
+    assert!(message.contains("1048576"), "{message}");
+    assert!(message.contains(&fifo.display().to_string()), "{message}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_override_is_named_by_its_origin() {
+    let flags = |name: &str| match name {
+        "MEMKV_TIMEOUT_MS" => Some(Ok(Some(Setting::new("0", "--timeout-ms")))),
+        "MEMKV_SERVERS" => Some(Ok(Some(Setting::new("no-port", "--servers")))),
+        _ => None,
+    };
+    let sources =
+        ConfigSources::new(None, Box::new(move |name| flags(name).unwrap_or(Ok(None)))).unwrap();
+    let timeout = sources.timeout().unwrap_err().to_string();
+    assert_eq!(
+        timeout,
+        "client configuration: --timeout-ms: 0 is out of range 1..=3600000"
+    );
+    let servers = sources.servers().unwrap_err().to_string();
+    assert!(servers.contains("--servers: server 1"), "{servers}");
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use memkv_client::{Client, ClientConfig, Transport};
+use memkv_client::{Client, ConfigSources, Setting, Transport};
 
 use crate::cli::GlobalArgs;
 use crate::exit::{self, Exit};
@@ -36,12 +36,17 @@ fn parse_sweep(text: &str) -> Result<Sweep, String> {
     units::parse_sweep(text).map(Sweep)
 }
 
-/// Items per second: a positive number up to 10 million.
+/// Fewest items per second `--rate` takes: one call in about 17 minutes. Slower rates are
+/// mistakes, and a tiny one makes the interval between calls too long for a `Duration`.
+const MIN_RATE: f64 = 0.001;
+/// Most items per second `--rate` takes.
+const MAX_RATE: f64 = 1e7;
+
 fn parse_rate(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 && r <= 1e7 => Ok(r),
+        Ok(r) if (MIN_RATE..=MAX_RATE).contains(&r) => Ok(r),
         _ => Err(format!(
-            "{text:?} is not a rate: give items per second, above 0 and at most 10000000"
+            "{text:?} is not a rate: give items per second, from {MIN_RATE} to {MAX_RATE}"
         )),
     }
 }
@@ -114,9 +119,9 @@ pub struct BenchArgs {
     /// Start an in-process server on 127.0.0.1 with a fresh auth key and bench that.
     #[arg(long)]
     pub local: bool,
-    /// Offered load: this many items per second over all tasks, each call due at a fixed
-    /// interval and timed from when it was due (open loop; default: closed loop, each task
-    /// as fast as it can). The ops/s column shows what was achieved.
+    /// Offered load: this many items per second (0.001 to 10000000) over all tasks, each call
+    /// due at a fixed interval and timed from when it was due (open loop; default: closed
+    /// loop, each task as fast as it can). The ops/s column shows what was achieved.
     #[arg(long, value_name = "OPS", value_parser = parse_rate)]
     pub rate: Option<f64>,
     /// Drive the Redis server at HOST:PORT instead (SET / GET / DEL, one connection per task,
@@ -210,8 +215,8 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         BenchTransport::Rdma => Transport::Rdma,
         BenchTransport::Shm => Transport::Shm,
     };
-    let timeout_set = global.timeout_ms.is_some() || std::env::var_os("MEMKV_TIMEOUT_MS").is_some();
-    let (mut config, local) = if args.local {
+    let flags = crate::flags(global);
+    let (mut config, timeout_set, local) = if args.local {
         let largest = args
             .sizes
             .0
@@ -220,19 +225,20 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         let arena = local::arena_for(largest.max().unwrap_or(0));
         let rdma = (transport == Transport::Rdma).then_some(args.local_rdma_device.as_deref());
         let local = local::start(arena, rdma).await?;
-        let mut config = ClientConfig::new([local.address.clone()], local.key.clone());
-        if let Ok(list) = std::env::var("MEMKV_RDMA_DEVICES") {
-            config.rdma_devices = list.split(',').map(|d| d.trim().to_owned()).collect();
-        }
-        (config, Some(local))
-    } else {
-        let overrides = |name: &str| match name {
-            "MEMKV_SERVERS" => global.servers.clone(),
-            "MEMKV_AUTH_KEY" => global.auth_key.clone(),
-            "MEMKV_TIMEOUT_MS" => global.timeout_ms.map(|ms| ms.to_string()),
-            _ => None,
+        // The client settings apply as for any server (MEMKV_NUM_CONNECTIONS, --timeout-ms,
+        // MEMKV_CONFIG's payload_mac, ...); only where the server is and its key are fixed.
+        let (address, key) = (local.address.clone(), local.key.to_hex());
+        let local_flags = |name: &str| match name {
+            "MEMKV_SERVERS" => Some(Setting::new(address.clone(), "--local")),
+            "MEMKV_AUTH_KEY" => Some(Setting::new(key.clone(), "--local")),
+            _ => flags(name),
         };
-        (ClientConfig::from_env_with(&overrides)?, None)
+        let sources = ConfigSources::load(&local_flags)?;
+        let (config, timeout_set) = (sources.config()?, sources.timeout()?.is_some());
+        (config, timeout_set, Some(local))
+    } else {
+        let sources = ConfigSources::load(&flags)?;
+        (sources.config()?, sources.timeout()?.is_some(), None)
     };
     config.transport = transport;
     if !args.rails.is_empty() {
@@ -321,7 +327,8 @@ fn stop_label(stop: Stop, rate: Option<f64>) -> String {
         Stop::Count(n) => format!("{n} ops"),
     };
     match rate {
-        Some(r) => format!("{stop} at {r:.0} items/s offered"),
+        // Shortest exact form: `{:.0}` printed 0.4 as "0".
+        Some(r) => format!("{stop} at {r} items/s offered"),
         None => stop,
     }
 }

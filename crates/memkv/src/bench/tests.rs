@@ -123,10 +123,21 @@ fn rate_and_redis_parse_and_bad_ones_are_named() {
     let a = parse(&["--rate", "2500", "--redis", "127.0.0.1:6379", "--op", "get"]).unwrap();
     assert_eq!(a.rate, Some(2500.0));
     assert_eq!(a.redis.as_deref(), Some("127.0.0.1:6379"));
-    for bad in ["0", "-5", "nan", "inf", "1e9", "fast"] {
+    assert_eq!(parse(&["--rate", "0.001"]).unwrap().rate, Some(0.001));
+    for bad in ["0", "-5", "nan", "inf", "1e9", "1e-300", "0.0009", "fast"] {
         let err = parse(&[&format!("--rate={bad}")]).unwrap_err().to_string();
-        assert!(err.contains("above 0 and at most 10000000"), "{bad}: {err}");
+        assert!(err.contains("from 0.001 to 10000000"), "{bad}: {err}");
     }
     assert!(parse(&["--redis", "h:1", "--local"]).is_err());
     assert!(parse(&["--redis", "h:1", "--registered"]).is_err());
+}
+
+#[test]
+fn an_offered_rate_below_one_is_labelled_with_its_digits() {
+    let label = stop_label(Stop::Count(5), Some(0.4));
+    assert_eq!(label, "5 ops at 0.4 items/s offered");
+    assert_eq!(
+        stop_label(Stop::Count(5), Some(2500.0)),
+        "5 ops at 2500 items/s offered"
+    );
 }

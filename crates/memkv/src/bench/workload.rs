@@ -172,6 +172,32 @@ pub async fn clear(target: &Target, plan: &Plan) -> Result<(), Failure> {
     Ok(())
 }
 
+/// When task `index` of `tasks` is first due, and the interval between its calls. `--rate`'s
+/// range keeps these in bounds; checked all the same, as a float that does not fit a
+/// `Duration` would panic.
+fn pacing(
+    started: Instant,
+    batch: usize,
+    rate: f64,
+    index: usize,
+    tasks: usize,
+) -> Result<(Instant, Duration), Failure> {
+    let out_of_range = || {
+        Failure::Wrong(format!(
+            "--rate {rate}: the interval between calls is out of range"
+        ))
+    };
+    let interval = Duration::try_from_secs_f64(batch as f64 / rate).map_err(|_| out_of_range())?;
+    let first = u32::try_from(index)
+        .ok()
+        .and_then(|i| interval.checked_mul(i))
+        .and_then(|offset| started.checked_add(offset));
+    let every = u32::try_from(tasks)
+        .ok()
+        .and_then(|n| interval.checked_mul(n));
+    first.zip(every).ok_or_else(out_of_range)
+}
+
 /// Runs `plan`, adding each finished item to `done` (for the progress display).
 pub async fn run(target: &Target, plan: &Plan, done: Arc<AtomicU64>) -> Result<Outcome, Failure> {
     let claimed = Arc::new(AtomicU64::new(0));
@@ -192,13 +218,10 @@ pub async fn run(target: &Target, plan: &Plan, done: Arc<AtomicU64>) -> Result<O
     for (index, redis) in redis.into_iter().enumerate() {
         // Open loop: task `index` is due every `tasks` intervals, offset by `index` intervals,
         // so the calls of all tasks together arrive evenly at the rate.
-        let pacing = plan.rate.map(|rate| {
-            let interval = Duration::from_secs_f64(plan.batch as f64 / rate);
-            (
-                started + interval * index as u32,
-                interval * plan.tasks as u32,
-            )
-        });
+        let pacing = match plan.rate {
+            Some(rate) => Some(pacing(started, plan.batch, rate, index, plan.tasks)?),
+            None => None,
+        };
         let worker = Worker {
             target: target.clone(),
             redis,

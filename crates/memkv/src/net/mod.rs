@@ -6,7 +6,7 @@ use memkv_fabric::{FabricConfig, ShowFilter, client_pkey_index_from_env, net_sho
 
 use std::time::Instant;
 
-use memkv_client::{Client, ClientConfig, Transport};
+use memkv_client::{Client, ConfigSources, Setting, Transport};
 
 use crate::exit::{self, Exit};
 
@@ -50,13 +50,14 @@ fn failed(code: i32, reason: impl std::fmt::Display) -> Exit {
 /// Connects, authenticates, writes a random block, reads it back and compares.
 pub async fn verify(args: VerifyArgs) -> Result<(), Exit> {
     let overrides = |name: &str| match name {
-        "MEMKV_SERVERS" => Some(args.server.clone()),
-        "MEMKV_AUTH_KEY" => args.auth_key.clone(),
-        "MEMKV_RDMA_DEVICES" => args.device.clone(),
+        "MEMKV_SERVERS" => Some(Setting::new(args.server.clone(), "--server")),
+        "MEMKV_AUTH_KEY" => args.auth_key.clone().map(|k| Setting::new(k, "--auth-key")),
+        "MEMKV_RDMA_DEVICES" => args.device.clone().map(|d| Setting::new(d, "--device")),
         _ => None,
     };
-    let mut config =
-        ClientConfig::from_env_with(&overrides).map_err(|e| failed(exit::FAILURE, e))?;
+    let mut config = ConfigSources::load(&overrides)
+        .and_then(|sources| sources.config())
+        .map_err(|e| failed(exit::FAILURE, e))?;
     if args.require_rdma {
         config.transport = Transport::Rdma;
     }

@@ -69,6 +69,33 @@ pub fn memkv(servers: &str, key: &str) -> Command {
     cmd
 }
 
+/// `memkv` with no client settings at all: no MEMKV_*, and a key file directory (under
+/// `state`) that holds none.
+pub fn bare(state: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memkv"));
+    for (name, _) in std::env::vars_os() {
+        if name.as_encoded_bytes().starts_with(b"MEMKV_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.env_remove("RUST_LOG")
+        .env("XDG_STATE_HOME", scratch(state))
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// A loopback data address nobody listens on, nor on its admin port (port + 1).
+pub fn closed_address() -> String {
+    for _ in 0..50 {
+        let data = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = data.local_addr().unwrap().port();
+        if port < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            return format!("127.0.0.1:{port}");
+        }
+    }
+    panic!("no free pair of adjacent loopback ports");
+}
+
 /// Runs a command off the async runtime's threads, so the in-process server keeps serving.
 pub async fn run(mut cmd: Command, stdin: Option<Vec<u8>>) -> Output {
     tokio::task::spawn_blocking(move || {
