@@ -12,7 +12,7 @@ use std::sync::Arc;
 use memkv_rdma::{RdmaError, Transfer};
 
 use super::buffer::RdmaBuffer;
-use super::path::{RdmaPath, Session, rdma_err};
+use super::path::{ArenaWindow, RdmaPath, Session, rdma_err};
 use super::plan::{Segment, disjoint_mut, pack, split_for_rails, spread};
 use crate::{Error, Result};
 use futures::future::join_all;
@@ -22,15 +22,6 @@ use futures::future::join_all;
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Remote {
     pub len: usize,
-    pub addr: u64,
-    pub rkey: u32,
-}
-
-/// The remote memory a server announced in its Connect answer on one rail (its arena, or its
-/// staging region): where it starts and its rkey. Connect names no length, so only the start
-/// and the end of the address space bound a range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ArenaWindow {
     pub addr: u64,
     pub rkey: u32,
 }

@@ -19,7 +19,6 @@ use memkv_rdma::{QpOptions, RdmaDevice, StagingPool};
 use tokio::sync::Mutex;
 
 use super::channel::{Channel, dci_pool};
-use super::mover::ArenaWindow;
 use super::rails::{Health, Rail, RailStats, usable};
 use crate::config::{ClientConfig, Transport};
 use crate::conn::Connection;
@@ -33,6 +32,15 @@ const STAGING_SIZE: usize = 4 << 20;
 
 /// One server's channel on one rail (an RC queue pair, or DC initiators towards its DC
 /// target) and the control connection that keeps the server's end alive.
+/// The remote memory a server announced in its Connect answer on one rail (its arena, or its
+/// staging region): where it starts and its rkey. Connect names no length, so only the start
+/// and the end of the address space bound a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ArenaWindow {
+    pub addr: u64,
+    pub rkey: u32,
+}
+
 pub(crate) struct Session {
     control: Arc<Connection>,
     pub channel: Channel,

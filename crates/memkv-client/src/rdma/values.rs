@@ -6,8 +6,8 @@
 use memkv_proto::messages::LookupResponse;
 
 use super::buffer::{RdmaBuffer, verify};
-use super::mover::{ArenaWindow, Remote, merge};
-use super::path::RdmaPath;
+use super::mover::{Remote, merge};
+use super::path::{ArenaWindow, RdmaPath};
 use crate::client::Client;
 use crate::{Error, Result};
 use futures::future::join_all;
