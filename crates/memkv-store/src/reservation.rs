@@ -33,6 +33,8 @@ impl Space {
 
 struct Entry {
     key: Box<[u8]>,
+    /// The value's length (its space may be rounded up).
+    len: u64,
     deadline: Instant,
     /// `None` while the local handle holds the space.
     parked: Option<Space>,
@@ -58,9 +60,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ReservationTable {
-    pub fn open(&self, key: &[u8], deadline: Instant) -> u64 {
+    pub fn open(&self, key: &[u8], len: u64, deadline: Instant) -> u64 {
         let entry = Entry {
             key: key.into(),
+            len,
             deadline,
             parked: None,
         };
@@ -72,6 +75,11 @@ impl ReservationTable {
 
     pub fn len(&self) -> usize {
         lock(&self.open).len()
+    }
+
+    /// The value bytes of the open reservations: space no eviction can free.
+    pub fn open_bytes(&self) -> u64 {
+        lock(&self.open).values().map(|e| e.len).sum()
     }
 
     fn missing(&self, id: u64) -> StoreError {

@@ -142,6 +142,7 @@ impl Store {
     fn reserve_space(&self, len: u64) -> Result<Space> {
         self.maybe_reap();
         let mut reaped = false;
+        let mut evicting = false;
         let mut waits = 0;
         loop {
             let space = match &self.inner.backend {
@@ -162,6 +163,10 @@ impl Store {
                     "no room for {len} bytes and eviction is disabled"
                 )));
             }
+            if !evicting {
+                evicting = true;
+                self.check_evicting_can_help(len)?;
+            }
             if self.evict_one()? {
                 continue;
             }
@@ -176,6 +181,23 @@ impl Store {
                 "no room for {len} bytes and nothing is evictable (pinned, reserved or being read)"
             )));
         }
+    }
+
+    /// Refuses a put that could not fit even with every committed value evicted (the rest of
+    /// the arena is held by puts in progress): it would empty the cache and fail anyway.
+    fn check_evicting_can_help(&self, len: u64) -> Result<()> {
+        let Backend::Memory(m) = &self.inner.backend else {
+            return Ok(());
+        };
+        let usable = m.arena.alloc_stats().granules_total * m.granule();
+        let held = self.inner.reservations.open_bytes();
+        if len.saturating_add(held) > usable {
+            return Err(StoreError::Full(format!(
+                "no room for {len} bytes: puts in progress hold {held} of the {usable} bytes \
+                 values can use, so evicting values cannot make room"
+            )));
+        }
+        Ok(())
     }
 
     /// Evicts one committed, unpinned value (approximate LRU). `Ok(false)`: nothing evictable.
@@ -197,7 +219,7 @@ impl Store {
         self.check_writable(key, len)?;
         let space = self.reserve_space(len)?;
         let deadline = Instant::now() + self.inner.config.reservation_lease;
-        let id = self.inner.reservations.open(key, deadline);
+        let id = self.inner.reservations.open(key, len, deadline);
         Ok(Reservation {
             hashed: None,
             id,
@@ -255,6 +277,11 @@ impl Store {
     }
 
     fn commit_space(&self, key: &[u8], space: Space, checksum: u64, verify: bool) -> Result<()> {
+        // A reservation taken before `close` is refused like a new write (its space is freed
+        // with `space`): a drive-backed store's journal is sealed by then.
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(StoreError::BadRequest("store is closed".into()));
+        }
         match (&self.inner.backend, space) {
             (Backend::Memory(m), Space::Memory(b)) => m.commit(key, b, checksum, verify),
             (Backend::File(f), Space::File(s)) => f.commit(key, *s, checksum, verify),

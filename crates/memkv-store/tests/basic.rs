@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::{TempDir, direct_config, file_config};
-use memkv_store::{EvictionPolicy, Store, StoreConfig, StoreError, checksum};
+use memkv_store::{EvictionPolicy, Store, StoreConfig, StoreError, StoreMode, checksum};
 
 fn every_mode(dir: &TempDir, direct_dir: &TempDir) -> Vec<(&'static str, Store)> {
     vec![
@@ -469,4 +469,65 @@ fn reservation_and_pin_ids_do_not_follow_from_each_other() {
     assert_ne!(pin_a.pin_id.wrapping_add(1), pin_b.pin_id);
     assert!(!store.release(pin_a.pin_id.wrapping_add(1)));
     assert!(store.release(pin_b.pin_id));
+}
+
+const GRANULE: u64 = 64 << 10;
+
+/// A memory store of `granules` granules whose reservations outlive the test.
+fn granule_store(granules: u64, eviction: EvictionPolicy) -> Store {
+    let mut cfg = StoreConfig::memory(granules * GRANULE);
+    cfg.mode = StoreMode::Memory {
+        max_size: granules * GRANULE,
+        block_size: GRANULE,
+    };
+    cfg.eviction = eviction;
+    cfg.reservation_lease = Duration::from_secs(600);
+    Store::open(cfg).unwrap()
+}
+
+/// When puts in progress (RDMA writes in flight) hold the rest of the arena, evicting cannot
+/// make room: the put is refused `Full` at once, and the cached values stay (they used to be
+/// evicted one after another on the way to the same refusal).
+#[test]
+fn a_put_that_cannot_fit_does_not_evict_unrelated_values() {
+    let s = granule_store(4, EvictionPolicy::Lru);
+    s.put(b"keep", &vec![7u8; GRANULE as usize]).unwrap();
+    // Three in-flight writers hold the other three granules (parked, as the server parks them).
+    let ids: Vec<u64> = (0..3u8)
+        .map(|i| s.allocate(&[b'r', i], GRANULE).unwrap().id())
+        .collect();
+    // Two contiguous granules cannot be found even with "keep" gone.
+    let err = s.put(b"big", &vec![1u8; 2 * GRANULE as usize]).unwrap_err();
+    assert!(matches!(err, StoreError::Full(_)), "{err}");
+    assert!(
+        s.exists(b"keep"),
+        "a put that failed anyway evicted an unrelated value ({} evictions)",
+        s.stats().evictions
+    );
+    for id in ids {
+        s.abort(id).unwrap();
+    }
+}
+
+/// A reservation taken before `close` is refused at commit, by handle or by id, like any
+/// other write after close (it used to be published).
+#[test]
+fn a_commit_after_close_is_refused() {
+    let s = granule_store(4, EvictionPolicy::Lru);
+    let v = vec![3u8; 1000];
+    let mut r = s.allocate(b"late", v.len() as u64).unwrap();
+    r.write_at(0, &v).unwrap();
+    let parked = s.allocate(b"late2", v.len() as u64).unwrap();
+    let parked_id = parked.id();
+    drop(parked);
+    s.close().unwrap();
+    assert!(s.put(b"x", b"y").is_err(), "put after close is refused");
+    let by_handle = s.commit(r, checksum(&v));
+    let by_id = s.commit_id_copied(parked_id, checksum(&[0u8; 1000]));
+    assert!(
+        by_handle.is_err() && by_id.is_err(),
+        "commits after close accepted: {by_handle:?} {by_id:?}; store has late={} late2={}",
+        s.exists(b"late"),
+        s.exists(b"late2")
+    );
 }

@@ -54,8 +54,10 @@ impl MemoryArena {
             _ => HUGE_2M as usize,
         };
         let units = self.len.div_ceil(align);
-        let parts = threads.clamp(1, units.max(1));
-        let per_part = units.div_ceil(parts) * align;
+        let per_part_units = units.div_ceil(threads.clamp(1, units.max(1))).max(1);
+        // Rounding up can leave the last threads nothing: only as many as have a part.
+        let parts = units.div_ceil(per_part_units).max(1);
+        let per_part = per_part_units * align;
         let results: Vec<io::Result<PrefaultMethod>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..parts)
                 .map(|i| {
