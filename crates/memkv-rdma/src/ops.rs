@@ -187,10 +187,18 @@ mod tests {
         unplaced: Mutex<u32>,
     }
 
-    impl QueuePairs for Fake {
+    /// What the test queue pairs differ in; the rest of [`QueuePairs`] is the same for all:
+    /// one queue pair, completions handed in directly, breaks recorded.
+    trait FakePair: Send + Sync + 'static {
+        fn requests(&self) -> &WorkRequests<()>;
+        fn breaks(&self) -> &Mutex<Vec<String>>;
+        fn stopped(&self) -> bool;
+    }
+
+    impl<T: FakePair> QueuePairs for T {
         type Tag = ();
         fn work(&self) -> &WorkRequests<()> {
-            &self.work
+            self.requests()
         }
         fn cq(&self) -> &NotifiedCq {
             unreachable!("completions are handed in directly")
@@ -205,13 +213,25 @@ mod tests {
             9
         }
         fn is_broken(&self, _queue: usize) -> bool {
-            !self.breaks.lock().unwrap().is_empty()
+            !self.breaks().lock().unwrap().is_empty()
         }
         fn break_queue(&self, _queue: usize, reason: &str) {
-            self.breaks.lock().unwrap().push(reason.to_owned());
+            self.breaks().lock().unwrap().push(reason.to_owned());
         }
         fn is_stopped(&self, queue: usize) -> bool {
-            self.is_broken(queue)
+            self.stopped() && self.is_broken(queue)
+        }
+    }
+
+    impl FakePair for Fake {
+        fn requests(&self) -> &WorkRequests<()> {
+            &self.work
+        }
+        fn breaks(&self) -> &Mutex<Vec<String>> {
+            &self.breaks
+        }
+        fn stopped(&self) -> bool {
+            true
         }
     }
 
@@ -343,30 +363,14 @@ mod tests {
         }
     }
 
-    impl QueuePairs for SilentNic {
-        type Tag = ();
-        fn work(&self) -> &WorkRequests<()> {
+    impl FakePair for SilentNic {
+        fn requests(&self) -> &WorkRequests<()> {
             &self.work
         }
-        fn cq(&self) -> &NotifiedCq {
-            unreachable!("completions are handed in directly")
+        fn breaks(&self) -> &Mutex<Vec<String>> {
+            &self.breaks
         }
-        fn device_name(&self) -> &str {
-            "fake"
-        }
-        fn queue_count(&self) -> usize {
-            1
-        }
-        fn qp_num(&self, _queue: usize) -> u32 {
-            9
-        }
-        fn is_broken(&self, _queue: usize) -> bool {
-            !self.breaks.lock().unwrap().is_empty()
-        }
-        fn break_queue(&self, _queue: usize, reason: &str) {
-            self.breaks.lock().unwrap().push(reason.to_owned());
-        }
-        fn is_stopped(&self, _queue: usize) -> bool {
+        fn stopped(&self) -> bool {
             self.stopped.load(Ordering::SeqCst)
         }
     }
