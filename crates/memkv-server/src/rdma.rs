@@ -113,6 +113,13 @@ fn device_status(plan: &PortPlan) -> RdmaDeviceStatus {
 ///
 /// `dc_key` is the DC access key derived from the auth key (used when the device has DC).
 pub fn bring_up(rdma: &RdmaConfig, remote: RemoteMemory, dc_key: u64) -> RdmaState {
+    if let Some(n) = rdma.num_dcis {
+        tracing::warn!(
+            "rdma.num_dcis: {n} has no effect on a memkv server, which opens no DC initiators \
+             (clients start every transfer and reach its DC target); clients size their pools \
+             with num_dcis in their config or MEMKV_RDMA_NUM_DCIS"
+        );
+    }
     if !rdma.enabled {
         return RdmaState::inactive("disabled by rdma.enabled: false".into(), None, Vec::new());
     }

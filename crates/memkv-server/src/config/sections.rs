@@ -163,6 +163,9 @@ pub struct RdmaConfig {
     /// memkv extension: drive-backed modes (file, direct) stage RDMA transfers in this much
     /// registered memory, in chunks of `memory.block_size` (docs/ARCHITECTURE.md).
     pub staging_size: ByteSize,
+    /// MemKV's server key, accepted so that its configs start: a memkv server opens no DC
+    /// initiators (clients start every transfer), so it changes nothing, and start-up warns.
+    pub num_dcis: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +202,7 @@ impl Default for RdmaConfig {
             mtu: None,
             pkey_index: None,
             staging_size: DEFAULT_RDMA_STAGING_SIZE,
+            num_dcis: None,
         }
     }
 }

@@ -265,11 +265,11 @@ fn every_error_names_key_and_line() {
             &["`auto`"],
         ),
         (
-            "rdma:\n  num_dcis: 16\n",
+            "rdma:\n  num_dcis: 0\n",
             InvalidValue,
             2,
             "rdma.num_dcis",
-            &["no DC initiators", "MEMKV_RDMA_NUM_DCIS"],
+            &["1..=4096"],
         ),
         (
             "rdma:\n  device: ''\n",

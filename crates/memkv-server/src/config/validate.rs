@@ -295,17 +295,11 @@ impl Checker<'_> {
         let traffic_class =
             auto_or("rdma.traffic_class", raw.traffic_class, 255)?.filter(|tc| *tc != 0);
         let service_level = auto_or("rdma.service_level", raw.service_level, 15)?;
-        if raw.num_dcis.is_some() {
-            // MemKV lists this key for servers; in memkv only clients initiate transfers, so a
-            // server has no initiator pool to size. Refused rather than ignored, so an operator
-            // who meant to tune DC learns where the setting works.
-            return Err(self.invalid(
-                "rdma.num_dcis",
-                "memkv servers open no DC initiators (clients start every transfer and reach \
-                 the server's DC target); size the clients' pools with num_dcis in their config \
-                 or MEMKV_RDMA_NUM_DCIS, and remove this key",
-            ));
-        }
+        // Checked like any number, then kept only to warn at start (`RdmaConfig::num_dcis`).
+        let num_dcis = match raw.num_dcis {
+            None => None,
+            Some(n) => Some(self.ranged("rdma.num_dcis", Some(n), 1, 1, 4096)? as u32),
+        };
         let staging_size = self.size(
             "rdma.staging_size",
             raw.staging_size.as_ref(),
@@ -313,6 +307,7 @@ impl Checker<'_> {
         )?;
         Ok(RdmaConfig {
             staging_size,
+            num_dcis,
             enabled: raw.enabled.unwrap_or(defaults.enabled),
             device,
             gid_index,
