@@ -228,9 +228,13 @@ fn describe() {
     metrics::describe_counter!(
         BYTES_IN_TOTAL,
         metrics::Unit::Bytes,
-        "Payload bytes received"
+        "Value bytes stored by puts that succeeded (a batch's whole payload)"
     );
-    metrics::describe_counter!(BYTES_OUT_TOTAL, metrics::Unit::Bytes, "Payload bytes sent");
+    metrics::describe_counter!(
+        BYTES_OUT_TOTAL,
+        metrics::Unit::Bytes,
+        "Value bytes fetched by gets that found them (a batch's whole answer)"
+    );
     metrics::describe_counter!(EVICTIONS_TOTAL, "Blocks evicted to make room");
     metrics::describe_counter!(
         CHECKSUM_FAILURES_TOTAL,

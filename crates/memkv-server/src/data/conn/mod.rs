@@ -391,11 +391,8 @@ fn record(
     let one_sided = shared.rdma.serving.is_some() || shared.local.is_some();
     let (transport, bytes_in, bytes_out) =
         if !Transport::is_rdma_control(request.opcode) || !one_sided {
-            (
-                Transport::Tcp,
-                u64::from(request.payload_len),
-                out.payload_len(),
-            )
+            let (bytes_in, bytes_out) = tcp_value_bytes(request, out);
+            (Transport::Tcp, bytes_in, bytes_out)
         } else if request.opcode == Opcode::Connect {
             // RC or DC after a Connect that succeeded; a refused one leaves the client on TCP.
             (client.transport(), 0, 0)
@@ -422,6 +419,20 @@ fn record(
         bytes_in,
         bytes_out,
     );
+}
+
+/// Value bytes a TCP request stored or fetched: a put's payload, a get's answer; nothing for a
+/// refusal, a miss or a request that moves no value (Exists, Delete, Stats, Ping...). A batch
+/// counts its payload or its answer whole, item headers and keys included.
+fn tcp_value_bytes(request: &Header, out: &Outgoing) -> (u64, u64) {
+    if out.header.status != Status::Ok {
+        return (0, 0);
+    }
+    match request.opcode {
+        Opcode::TcpPut | Opcode::BatchPut => (u64::from(request.payload_len), 0),
+        Opcode::TcpGet | Opcode::BatchGet => (0, out.payload_len()),
+        _ => (0, 0),
+    }
 }
 
 #[cfg(test)]
