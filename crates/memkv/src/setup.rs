@@ -33,8 +33,9 @@ pub struct SetupArgs {
         required = true
     )]
     pub drives: Vec<PathBuf>,
-    /// Extent size on the drives (storage.block_size): a power of two from 64 KiB to 1 GiB.
-    #[arg(long, value_name = "SIZE", default_value = "4 MiB", value_parser = parse_size)]
+    /// Extent size on the drives (storage.block_size): a number of KiB, as MemKV takes it
+    /// (4096 is 4 MiB), or a size with its unit; a power of two from 64 KiB to 1 GiB.
+    #[arg(long, value_name = "KB|SIZE", default_value = "4 MiB", value_parser = parse_shard_size)]
     pub shard_size: ByteSize,
     /// RDMA device the server uses (rdma.device).
     #[arg(long, value_name = "DEVICE")]
@@ -52,7 +53,17 @@ pub struct SetupArgs {
     pub config: PathBuf,
 }
 
-fn parse_size(text: &str) -> Result<ByteSize, String> {
+/// A bare number counts KiB (MemKV's `--shard-size KB`); anything else is a size.
+fn parse_shard_size(text: &str) -> Result<ByteSize, String> {
+    let bare = text.trim();
+    if !bare.is_empty() && bare.bytes().all(|b| b.is_ascii_digit()) {
+        return bare
+            .parse::<u64>()
+            .ok()
+            .and_then(|kib| kib.checked_mul(1024))
+            .map(ByteSize)
+            .ok_or_else(|| format!("{bare} KiB is too large"));
+    }
     memkv_config::parse_size(text).map_err(|e| e.to_string())
 }
 
@@ -70,11 +81,12 @@ pub fn run(args: SetupArgs) -> Result<(), Exit> {
     let config_text = config_yaml(&args);
     let set_up = already_one_store(&found, block_size);
     if args.idempotent && set_up && config_matches(&args.config, &config_text) {
-        outln!(
+        eprintln!(
             "memkv setup: {} drive(s) and {} already set up as asked; nothing changed",
             args.drives.len(),
             args.config.display()
         );
+        out!("{config_text}");
         return Ok(());
     }
     let keep_store = args.idempotent && set_up;
@@ -98,25 +110,26 @@ pub fn run(args: SetupArgs) -> Result<(), Exit> {
                     )));
                 }
                 wipe(drive).map_err(|e| fail(format!("{}: wiping: {e}", drive.display())))?;
-                outln!("memkv setup: {}: overwrote {what}", drive.display());
+                eprintln!("memkv setup: {}: overwrote {what}", drive.display());
             }
         }
         format(&args.drives, block_size).map_err(fail)?;
     }
     write_config(&args, &config_text)?;
-    outln!(
+    eprintln!(
         "memkv setup: {} drive(s) {} as one direct-mode store ({} extents); config in {}",
         args.drives.len(),
         if keep_store { "kept" } else { "formatted" },
         args.shard_size,
         args.config.display()
     );
-    for hint in service_user_hints(
-        &args.drives,
-        &std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
-    ) {
-        outln!("memkv setup: {hint}");
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    for hint in service_user_hints(&args.drives, &passwd) {
+        eprintln!("memkv setup: {hint}");
     }
+    // As MemKV's setup does, the config on standard output (runbooks redirect it), the rest on
+    // standard error.
+    out!("{config_text}");
     Ok(())
 }
 
@@ -190,7 +203,10 @@ fn check_drives(drives: &[PathBuf]) -> Result<Vec<u64>, String> {
 /// The config file is replaced only when it already says this, or with `--force`.
 fn refuse_config_change(args: &SetupArgs, text: &str) -> Result<(), Exit> {
     let path = &args.config;
-    if path.exists() && !config_matches(path, text) && !args.force {
+    // An empty file is nothing to lose: `memkv setup ... > config.yaml` creates (truncates)
+    // it before setup runs.
+    let empty = std::fs::metadata(path).is_ok_and(|m| m.len() == 0);
+    if path.exists() && !empty && !config_matches(path, text) && !args.force {
         return Err(Exit::with(
             exit::FAILURE,
             format!(

@@ -108,3 +108,26 @@ fn bad_arguments_are_named() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("12 parsecs"), "{}", text(&o));
 }
+
+/// As MemKV's setup is used in runbooks: `--shard-size` in KiB, the config on standard output,
+/// redirected into the config file (which the shell has created, empty, before setup runs).
+#[test]
+fn a_memkv_runbook_invocation_works() {
+    let dir = scratch("runbook");
+    let d0 = drive(&dir, "d0");
+    let config = dir.join("config.yaml");
+    std::fs::write(&config, b"").unwrap();
+    let o = setup(&[
+        "--drives",
+        d0.to_str().unwrap(),
+        "--shard-size",
+        "4096",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let printed = String::from_utf8(o.stdout.clone()).unwrap();
+    assert!(printed.contains("block_size: 4 MiB"), "{printed}");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), printed);
+    ServerConfig::from_yaml_str(&printed, "stdout").expect("the printed config loads");
+}
