@@ -51,6 +51,8 @@ pub const RDMA_STAGING_BUSY_TOTAL: &str = "memkv_rdma_staging_busy_total";
 pub const CONNECTIONS: &str = "memkv_connections";
 /// Counter: client connections accepted since start.
 pub const CONNECTIONS_TOTAL: &str = "memkv_connections_total";
+/// Counter: connections turned away because `limits.max_connections` were open.
+pub const CONNECTIONS_REFUSED_TOTAL: &str = "memkv_connections_refused_total";
 /// Gauge: bytes values can occupy (the arena's granules, or the drives' data extents).
 pub const CAPACITY_BYTES: &str = "memkv_capacity_bytes";
 /// Gauge: bytes taken by stored values and open reservations (rounded to their allocation).
@@ -247,6 +249,10 @@ fn describe() {
     );
     metrics::describe_gauge!(CONNECTIONS, "Open client connections");
     metrics::describe_counter!(CONNECTIONS_TOTAL, "Accepted client connections");
+    metrics::describe_counter!(
+        CONNECTIONS_REFUSED_TOTAL,
+        "Connections refused because limits.max_connections were open"
+    );
     metrics::describe_gauge!(
         CAPACITY_BYTES,
         metrics::Unit::Bytes,
@@ -340,6 +346,7 @@ fn register() {
         CHECKSUM_FAILURES_TOTAL,
         AUTH_FAILURES_TOTAL,
         CONNECTIONS_TOTAL,
+        CONNECTIONS_REFUSED_TOTAL,
     ] {
         metrics::counter!(counter).increment(0);
     }
@@ -433,6 +440,10 @@ pub fn record_auth_failure() {
 pub fn connection_opened() {
     metrics::counter!(CONNECTIONS_TOTAL).increment(1);
     metrics::gauge!(CONNECTIONS).increment(1.0);
+}
+
+pub fn connection_refused() {
+    metrics::counter!(CONNECTIONS_REFUSED_TOTAL).increment(1);
 }
 
 pub fn connection_closed() {

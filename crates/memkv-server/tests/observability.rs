@@ -191,3 +191,27 @@ async fn refused_frames_are_counted_by_reason() {
     }
     server.shutdown().await.unwrap();
 }
+
+/// A connection turned away at `limits.max_connections` is counted (it was counted nowhere).
+#[tokio::test]
+async fn connections_refused_at_the_limit_are_counted() {
+    let yaml = format!(
+        "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 64 MiB\nlimits:\n  max_connections: 1\n"
+    );
+    let server = Server::start(ServerConfig::from_yaml_str(&yaml, "test").unwrap())
+        .await
+        .unwrap();
+    let refused = |scrape: &str| value(scrape, "memkv_connections_refused_total").unwrap_or(0.0);
+    let before = refused(&http_get(server.admin_addr(), "/v1/metrics").await.1);
+    let _held = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    let second = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap()).await;
+    assert!(
+        second.is_err(),
+        "a second connection is refused at the limit"
+    );
+    let after = refused(&http_get(server.admin_addr(), "/v1/metrics").await.1);
+    assert!(after >= before + 1.0, "{before} -> {after}");
+    server.shutdown().await.unwrap();
+}

@@ -37,6 +37,7 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::
                     let limit = u64::from(shared.config.limits.max_connections);
                     if shared.connections.snapshot().current >= limit {
                         tracing::warn!(%peer, limit, "refusing connection: limits.max_connections reached");
+                        crate::metrics::connection_refused();
                         let refusal = memkv_proto::frame::encode_refusal(
                             &Header::request(Opcode::Hello, 0),
                             &ProtoError::Refused { status: Status::Busy, message: format!("server is at limits.max_connections ({limit})") },

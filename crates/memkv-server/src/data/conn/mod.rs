@@ -319,6 +319,7 @@ impl Connection {
             // It publishes bytes the server does not hash: from a client that cannot have
             // copied them in, it would publish whatever the reservation's space held.
             let out = Outgoing::error(&header, Status::BadRequest, NOT_ON_THIS_HOST);
+            record(&self.shared, &self.client.entry, &out, &header, started);
             return self.send(out.holding(permit)).await;
         }
         if self.shared.config.storage.mode == StorageMode::Memory {
