@@ -53,6 +53,7 @@ pub const CONNECTIONS: &str = "memkv_connections";
 pub const CONNECTIONS_TOTAL: &str = "memkv_connections_total";
 /// Counter: connections turned away because `limits.max_connections` were open.
 pub const CONNECTIONS_REFUSED_TOTAL: &str = "memkv_connections_refused_total";
+pub const HANDSHAKES_PREEMPTED_TOTAL: &str = "memkv_handshakes_preempted_total";
 /// Gauge: bytes values can occupy (the arena's granules, or the drives' data extents).
 pub const CAPACITY_BYTES: &str = "memkv_capacity_bytes";
 /// Gauge: bytes taken by stored values and open reservations (rounded to their allocation).
@@ -253,6 +254,10 @@ fn describe() {
         CONNECTIONS_REFUSED_TOTAL,
         "Connections refused because limits.max_connections were open"
     );
+    metrics::describe_counter!(
+        HANDSHAKES_PREEMPTED_TOTAL,
+        "Connections closed in their handshake to admit a new one at limits.max_connections"
+    );
     metrics::describe_gauge!(
         CAPACITY_BYTES,
         metrics::Unit::Bytes,
@@ -347,6 +352,7 @@ fn register() {
         AUTH_FAILURES_TOTAL,
         CONNECTIONS_TOTAL,
         CONNECTIONS_REFUSED_TOTAL,
+        HANDSHAKES_PREEMPTED_TOTAL,
     ] {
         metrics::counter!(counter).increment(0);
     }
@@ -444,6 +450,10 @@ pub fn connection_opened() {
 
 pub fn connection_refused() {
     metrics::counter!(CONNECTIONS_REFUSED_TOTAL).increment(1);
+}
+
+pub fn handshake_preempted() {
+    metrics::counter!(HANDSHAKES_PREEMPTED_TOTAL).increment(1);
 }
 
 pub fn connection_closed() {

@@ -35,6 +35,8 @@ pub struct Shared {
     phase: AtomicU8,
     pub listener_up: AtomicBool,
     pub connections: Arc<ConnectionCounters>,
+    /// Data connections still in their handshake, oldest first.
+    pub handshakes: Arc<crate::data::pending::PendingHandshakes>,
     pub clients: Arc<ClientRegistry>,
     last_evictions: AtomicU64,
     last_checksum_failures: AtomicU64,
@@ -60,6 +62,7 @@ impl Shared {
             phase: AtomicU8::new(STARTING),
             listener_up: AtomicBool::new(false),
             connections: Arc::default(),
+            handshakes: Arc::default(),
             clients: Arc::default(),
             rdma,
             local,

@@ -1,7 +1,8 @@
 //! What a refused or never-read request leaves behind on a real server: a frame refused for
 //! its MAC takes nothing from the store, answers a client does not read stay within its
-//! connection's in-flight budget, a batch get reads no more than its answer carries, and
-//! connections waiting on the same-host socket are bounded.
+//! connection's in-flight budget, a batch get reads no more than its answer carries,
+//! connections waiting on the same-host socket are bounded, and connections that never
+//! authenticate cannot keep new ones out.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -348,5 +349,47 @@ async fn connections_waiting_on_the_same_host_socket_are_bounded() {
         "the server holds {server_side} descriptors for {ATTACKERS} unauthenticated connections"
     );
     drop(held);
+    server.shutdown().await.unwrap();
+}
+
+/// `limits.max_connections` counts connections from their accept. A peer that opens that many
+/// and never sends a byte held every slot for the handshake's 10 s deadline, again and again;
+/// now a new connection at the limit takes the place of the oldest one still in its handshake
+/// after 500 ms.
+#[tokio::test]
+async fn connections_that_never_authenticate_give_their_places_to_new_ones() {
+    use tokio::io::AsyncReadExt;
+    let server = Server::start(config(
+        "memory:\n  max_size: 64 MiB\nlimits:\n  max_connections: 2\n",
+    ))
+    .await
+    .unwrap();
+    let mut silent = Vec::new();
+    for _ in 0..2 {
+        silent.push(
+            tokio::net::TcpStream::connect(server.data_addr())
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut c = connect(server.data_addr(), key())
+        .await
+        .expect("a new connection is admitted in place of a stalled handshake");
+    let (status, body) = c.call(Opcode::TcpPut, b"admitted", b"value").await;
+    assert_eq!(status, Status::Ok, "{}", String::from_utf8_lossy(&body));
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_secs(2), silent[0].read(&mut byte))
+        .await
+        .expect("the oldest silent connection is closed at once");
+    assert!(
+        matches!(closed, Ok(0) | Err(_)),
+        "the server sent it something: {closed:?}"
+    );
+    let (_, scrape) = support::http_get(server.admin_addr(), "/v1/metrics").await;
+    assert!(
+        scrape.contains("memkv_handshakes_preempted_total 1"),
+        "{scrape}"
+    );
     server.shutdown().await.unwrap();
 }

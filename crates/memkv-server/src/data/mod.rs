@@ -4,6 +4,7 @@ mod conn;
 mod connect;
 mod dispatch;
 mod handshake;
+pub(crate) mod pending;
 mod staged;
 pub(crate) mod writer;
 
@@ -35,7 +36,12 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::
             accepted = listener.accept() => match accepted {
                 Ok((mut stream, peer)) => {
                     let limit = u64::from(shared.config.limits.max_connections);
+                    let now = std::time::Instant::now();
                     if shared.connections.snapshot().current >= limit {
+                        if let Some(stalled) = shared.handshakes.close_oldest(now) {
+                            tracing::warn!(%peer, %stalled, limit, "at limits.max_connections: closing the oldest connection still in its handshake to admit a new one");
+                            crate::metrics::handshake_preempted();
+                        } else {
                         tracing::warn!(%peer, limit, "refusing connection: limits.max_connections reached");
                         crate::metrics::connection_refused();
                         let refusal = memkv_proto::frame::encode_refusal(
@@ -44,6 +50,7 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::
                         );
                         tokio::spawn(async move { let _ = stream.write_all(&refusal).await; });
                         continue;
+                        }
                     }
                     if shared.config.network.tcp_congestion.is_none()
                         && crate::congestion::loopback_off_bbr(&stream, peer)
@@ -53,8 +60,9 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::
                     let shared = Arc::clone(&shared);
                     let stop = shutdown.clone();
                     let open = shared.connections.open();
+                    let pending = shared.handshakes.begin(peer, now);
                     connections.spawn(async move {
-                        conn::serve(shared, stream, peer, stop).await;
+                        conn::serve(shared, stream, peer, pending, stop).await;
                         drop(open);
                     });
                 }

@@ -17,6 +17,7 @@ mod budget;
 mod in_place;
 
 use super::dispatch::execute;
+use super::pending::Pending;
 use super::writer::{self, Outgoing, Outstanding};
 use crate::clients::{ClientEntry, ClientGuard};
 use crate::config::StorageMode;
@@ -54,16 +55,20 @@ pub async fn serve(
     shared: Arc<Shared>,
     mut stream: TcpStream,
     peer: SocketAddr,
+    mut pending: Pending,
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let same_host = on_this_host(&stream, peer);
-    let session = match tokio::time::timeout(
-        HANDSHAKE_TIMEOUT,
-        super::handshake::accept(&shared, &mut stream),
-    )
-    .await
-    {
+    let handshake = tokio::select! {
+        done = tokio::time::timeout(HANDSHAKE_TIMEOUT, super::handshake::accept(&shared, &mut stream)) => done,
+        () = pending.preempted() => {
+            tracing::info!(%peer, "closed during its handshake: a new connection took its place at limits.max_connections");
+            return;
+        }
+    };
+    drop(pending);
+    let session = match handshake {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             // Refusals are counted (and auth failures noted) where they are sent.
