@@ -393,3 +393,45 @@ async fn connections_that_never_authenticate_give_their_places_to_new_ones() {
     );
     server.shutdown().await.unwrap();
 }
+
+/// In memory mode a get's answer refers to its value where it lies in the arena, and that space
+/// is not reused until the answer is written. One connection overwriting a value while another
+/// asked for it again and again, never reading, pinned a dead copy per get until the arena was
+/// full for everyone; those answers now take their values' bytes from the connection's
+/// in-flight budget.
+#[tokio::test]
+async fn unread_memory_mode_gets_pin_no_more_than_the_connections_inflight_budget() {
+    let _serial = SERIAL.lock().await;
+    let server = Server::start(config(
+        "memory:\n  max_size: 64 MiB\nlimits:\n  max_value_size: 1 MiB\n  per_connection_inflight_bytes: 4 MiB\n",
+    ))
+    .await
+    .unwrap();
+    let mut writer = connect(server.data_addr(), key()).await.unwrap();
+    let mut never_reads = connect(server.data_addr(), key()).await.unwrap();
+    let value = vec![0x44; 1 << 20];
+    for _ in 0..96 {
+        assert_eq!(
+            writer.call(Opcode::TcpPut, b"churn", &value).await.0,
+            Status::Ok
+        );
+        let get = never_reads.frame(Opcode::TcpGet, b"churn", &[]);
+        // Once its budget is spent the server stops reading it; do not wait for that.
+        let _ = tokio::time::timeout(Duration::from_millis(5), never_reads.send(&get)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut honest = connect(server.data_addr(), key()).await.unwrap();
+    for i in 0..40 {
+        let (status, body) = honest
+            .call(Opcode::TcpPut, format!("honest/{i}").as_bytes(), &value)
+            .await;
+        assert_eq!(
+            status,
+            Status::Ok,
+            "put {i} of 40 MiB into a 64 MiB arena: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    drop(never_reads);
+    server.shutdown().await.unwrap();
+}

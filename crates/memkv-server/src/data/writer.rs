@@ -84,6 +84,18 @@ impl Outgoing {
         }
     }
 
+    /// Bytes of stored values the answer refers to (and keeps in place until written).
+    pub fn stored_value_bytes(&self) -> u64 {
+        match &self.body {
+            Body::Value(parts) => parts.len(),
+            Body::BatchGet { items, .. } => items
+                .iter()
+                .filter_map(|(_, parts)| parts.as_ref().map(ValueParts::len))
+                .sum(),
+            _ => 0,
+        }
+    }
+
     pub fn payload_len(&self) -> u64 {
         body_parts(&self.body).iter().map(|p| p.len() as u64).sum()
     }

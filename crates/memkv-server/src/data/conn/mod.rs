@@ -330,6 +330,10 @@ impl Connection {
         if self.shared.config.storage.mode == StorageMode::Memory {
             let out = execute(&self.shared, &header, &key, payload);
             record(&self.shared, &self.client.entry, &out, &header, started);
+            // The answer keeps its values' arena space from being reused until it is written;
+            // without this share, a client that overwrote a value and asked for it again,
+            // never reading, pinned a dead copy per get until the arena was full.
+            let permit = self.budget.grow(permit, out.stored_value_bytes()).await;
             return self.send(out.holding(permit)).await;
         }
         // File mode blocks on disk: run it off the runtime and let it complete out of order.
@@ -436,7 +440,7 @@ fn tcp_value_bytes(request: &Header, out: &Outgoing) -> (u64, u64) {
     }
     match request.opcode {
         Opcode::TcpPut | Opcode::BatchPut => (u64::from(request.payload_len), 0),
-        Opcode::TcpGet | Opcode::BatchGet => (0, out.payload_len()),
+        Opcode::TcpGet | Opcode::BatchGet => (0, out.stored_value_bytes()),
         _ => (0, 0),
     }
 }
