@@ -127,3 +127,36 @@ async fn a_batch_get_counts_no_bytes_in() {
     );
     server.shutdown().await.unwrap();
 }
+
+/// A batch get counts the values it found, not its answer's framing (a count and a 14-byte
+/// header per key, found or not).
+#[tokio::test]
+async fn a_batch_get_counts_only_the_values_it_found() {
+    let _serial = SERIAL.lock().await;
+    let server = Server::start(config()).await.unwrap();
+    let mut c = connect(server.data_addr(), key()).await.unwrap();
+    for i in 0..4u32 {
+        let (status, _) = c
+            .call(Opcode::TcpPut, format!("k{i}").as_bytes(), &[9u8; 1000])
+            .await;
+        assert_eq!(status, Status::Ok);
+    }
+    let keys: Vec<Vec<u8>> = (0..8u32).map(|i| format!("k{i}").into_bytes()).collect();
+    let before = scrape(&server, TCP_OUT).await;
+    let (status, _) = c
+        .call(
+            Opcode::BatchGet,
+            &[],
+            &memkv_proto::batch::encode_keys(&keys),
+        )
+        .await;
+    assert_eq!(status, Status::Ok);
+    let added = scrape(&server, TCP_OUT).await - before;
+    let (_, _, client_out) = first_client(&server).await;
+    assert_eq!(
+        (added, client_out),
+        (4000.0, 4000),
+        "four 1000-byte values found of eight asked for (metric delta, client bytes_out)"
+    );
+    server.shutdown().await.unwrap();
+}
