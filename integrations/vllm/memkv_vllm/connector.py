@@ -127,8 +127,13 @@ class MemkvConnector(KVConnectorBase_V1):
         self._page_bytes: int = spec.page_size_bytes
         self._tp_size: int = pc.tensor_parallel_size
         mc = vllm_config.model_config
+        if mc is None:
+            raise ValueError("memkv_vllm: MemkvConnector needs vLLM's model config")
         layout = K.Layout(
             model=self._settings.model_id or f"{mc.model}@{mc.revision or ''}",
+            # The same model with other weight quantization (--quantization, or what vLLM
+            # detected from the checkpoint) computes other KV values: never share them.
+            quantization=K.quantization_name(mc.quantization),
             kv_dtype=str(spec.dtype),
             # The spec's dtype is only the storage type: every fp8 format is torch.uint8.
             cache_dtype=vllm_config.cache_config.cache_dtype,
@@ -140,6 +145,7 @@ class MemkvConnector(KVConnectorBase_V1):
             tp_size=self._tp_size,
             namespace=self._settings.namespace,
         )
+        self._layout = layout
         self._namespace = layout.digest()
         self._may_load = tc.is_kv_consumer
         self._may_save = tc.is_kv_producer
@@ -160,8 +166,9 @@ class MemkvConnector(KVConnectorBase_V1):
         if role == KVConnectorRole.SCHEDULER:
             self._warm_up()  # the worker warms up once its KV cache is registered
         logger.info(
-            "memkv_vllm %s: namespace %s (%s), block %d tokens, %d layers, page %d bytes, roles "
-            "load=%s save=%s", who, self._namespace, layout.model, self._block_size,
+            "memkv_vllm %s: namespace %s (%s, quantization %s), block %d tokens, %d layers, "
+            "page %d bytes, roles load=%s save=%s", who, self._namespace, layout.model,
+            layout.quantization, self._block_size,
             len(self._layer_names), self._page_bytes, self._may_load, self._may_save,
         )
 

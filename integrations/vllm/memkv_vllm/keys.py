@@ -2,16 +2,22 @@
 
 A chunk is one vLLM KV block: ``block_size`` consecutive prompt tokens. Its key names
 
-* the namespace: a digest of everything that makes two KV pages byte-compatible (model,
-  KV dtype and vLLM's KV cache dtype setting, block size, KV heads, head size, layer count, tensor-parallel size, an optional
-  user namespace), so different models, dtypes or layouts never read each other's bytes;
+* the namespace: a digest of everything that makes two KV pages byte-compatible (model and
+  its revision, the weights' quantization, KV dtype and vLLM's KV cache dtype setting, block
+  size, KV heads, head size, page size, layer names, tensor-parallel size, an optional user
+  namespace), so different models, weights, dtypes or layouts never read each other's bytes.
+  The same model served with differently quantized weights (vLLM's ``--quantization``: none,
+  fp8, awq, gptq, ...) computes different KV values for the same tokens, so the quantization
+  is part of it even where the pages' sizes and dtypes are equal;
 * the tensor-parallel rank, because each rank holds a different slice of the heads;
 * a hash chain over the token ids: chunk i's hash covers every token of chunks 0..i (and a
   per-request seed for LoRA adapters and cache salts), so a key only matches the same prefix;
 * the layer name, because vLLM keeps one paged tensor per attention layer.
 
 The offloading tier (``tier.py``) stores vLLM's own offload chunks instead: one value per
-chunk holding every worker's bytes of it, keyed by vLLM's block hash (see ``TierLayout``).
+chunk holding every worker's bytes of it, keyed by vLLM's block hash; its namespace names the
+same model identity (model, revision, weight quantization) and the offload layout (see
+``TierLayout``).
 
 Nothing here imports vLLM or memkv, so the unit tests run without either.
 """
@@ -26,8 +32,25 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 # Bumped whenever the key or value format changes, so old entries are never misread.
-FORMAT_VERSION = 1
+# 2: the weights' quantization (and, for the tier, the model's revision) joined the namespace.
+FORMAT_VERSION = 2
 _HASH_BYTES = 16
+# How unquantized weights are named in keys (vLLM's model_config.quantization is then None).
+UNQUANTIZED = "none"
+
+
+def quantization_name(method: str | None) -> str:
+    """The weights' quantization as keys name it: vLLM's quantization method (its
+    ``--quantization``, or what it detected from the checkpoint: "fp8", "awq", "gptq", ...) in
+    lower case, or ``UNQUANTIZED`` for None (unquantized weights)."""
+    if method is None:
+        return UNQUANTIZED
+    if not isinstance(method, str) or not method.strip():
+        raise ValueError(
+            f"a quantization method must be a non-empty string ({UNQUANTIZED!r} for unquantized "
+            f"weights), got {method!r}"
+        )
+    return method.strip().lower()
 
 
 @dataclass(frozen=True)
@@ -35,6 +58,9 @@ class Layout:
     """What must match for a stored KV page to be loadable as-is."""
 
     model: str
+    # The weights' quantization (``quantization_name``): the same model quantized otherwise
+    # computes other KV values for the same tokens, in pages of the same size and dtype.
+    quantization: str
     kv_dtype: str
     cache_dtype: str  # vLLM's --kv-cache-dtype: "auto", "fp8_e4m3", "fp8_e5m2", ...
     block_size: int
@@ -61,11 +87,14 @@ class TierLayout:
 
     The tier sees one row of vLLM's CPU offload buffer per chunk: every worker's pages of
     ``blocks_per_chunk`` blocks of all offloaded layers, side by side in rank order (one copy
-    when the layout is replicated). The row's bytes depend on all of these, so all of them are
-    in the key; the data-parallel index and the engine id are not (DP replicas share).
+    when the layout is replicated). The row's bytes depend on all of these (the model, its
+    revision and its weights' quantization decide the KV values, the rest their layout), so
+    all of them are in the key; the data-parallel index and the engine id are not (DP replicas
+    share).
     """
 
-    model: str
+    model: str  # the model and its revision ("name@revision"), or the user's model_id
+    quantization: str  # the weights' quantization (``quantization_name``), as in ``Layout``
     kv_dtype: str
     tokens_per_hash: int
     blocks_per_chunk: int

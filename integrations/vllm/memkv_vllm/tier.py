@@ -37,6 +37,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
+from vllm.config import get_current_vllm_config_or_none
 from vllm.v1.kv_offload.base import (
     Locality,
     LookupResult,
@@ -67,6 +68,59 @@ if TYPE_CHECKING:
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
 
 logger = logging.getLogger("vllm.memkv_vllm")
+
+
+def _served_weights(
+    model_name: str, quantization: str | None, revision: str | None, source: str
+) -> tuple[str, str]:
+    """(quantization, revision) of the weights the engine serves, for the tier's keys.
+
+    The same model path with differently quantized weights (vLLM's ``--quantization``, or what
+    it detected from the checkpoint) or another revision computes other KV values for the same
+    tokens, so both are keyed. vLLM hands a secondary tier only its ``OffloadingSpec``, whose
+    model config holds the model's name and KV dtype, neither of them. They are taken from
+    vLLM's current config when one is set for this model (vLLM 0.32 builds the scheduler's
+    tiers outside ``set_current_vllm_config``, so in an engine it is not), else from the tier's
+    ``quantization`` and ``revision`` settings. An unknown quantization is refused, never
+    guessed: keys that left it out, or named it "unknown", would let an fp8 engine load a bf16
+    engine's KV and answer wrongly without a sign. A revision left out is keyed as none, as the
+    connector keys ``--revision`` left out.
+    """
+    given = None
+    if quantization is not None:
+        try:
+            given = K.quantization_name(quantization)
+        except ValueError as e:
+            raise ValueError(f"memkv_vllm: {source} 'quantization': {e}") from None
+    if revision is not None and not isinstance(revision, str):
+        raise ValueError(f"memkv_vllm: {source} 'revision' must be a string, got {revision!r}")
+
+    current = get_current_vllm_config_or_none()
+    mc = current.model_config if current is not None else None
+    if mc is not None and mc.model == model_name:
+        served = K.quantization_name(mc.quantization)
+        served_revision = mc.revision or ""
+        if given is not None and given != served:
+            raise ValueError(
+                f"memkv_vllm: {source} 'quantization' is {quantization!r}, but vLLM serves "
+                f"{model_name} with quantization {served!r}"
+            )
+        if revision is not None and revision != served_revision:
+            raise ValueError(
+                f"memkv_vllm: {source} 'revision' is {revision!r}, but vLLM serves "
+                f"{model_name} at revision {served_revision!r}"
+            )
+        return served, served_revision
+    if given is None:
+        raise ValueError(
+            f"memkv_vllm: {source} cannot tell how the weights of {model_name} are quantized "
+            "(vLLM does not give secondary tiers its model config): set 'quantization' in the "
+            f"tier's config to vLLM's quantization method, {K.UNQUANTIZED!r} for unquantized "
+            "weights, else e.g. 'fp8', 'awq', 'gptq' (the quantization= vLLM logs when the "
+            "engine starts). KV from differently quantized weights differs, so it is keyed; "
+            "'model_id' names the model only"
+        )
+    return given, revision or ""
 
 
 class MemkvLookups(AsyncLookupManager):
@@ -108,6 +162,8 @@ class MemkvTier(SecondaryTierManager):
         config: str | None = None,
         namespace: str = "",
         model_id: str | None = None,
+        quantization: str | None = None,
+        revision: str | None = None,
         retry_after_s: float = DEFAULT_RETRY_AFTER_S,
         load_threads: int = 2,
         store_threads: int = 2,
@@ -116,10 +172,13 @@ class MemkvTier(SecondaryTierManager):
     ) -> None:
         """Args beyond vLLM's own: memkv's client settings (``servers``, ``auth_key``,
         ``transport``, ``timeout_ms``, ``config``; each left out is taken from ``MEMKV_*``),
-        ``namespace`` (mixed into every key), ``model_id`` (the model's name in keys, when hosts
-        load the same weights from different paths), ``retry_after_s`` (back-off after a
-        connection failure), ``load_threads`` / ``store_threads`` (transfer threads) and
-        ``locality`` (vLLM's tier filter; memkv is ``REMOTE`` unless said otherwise)."""
+        ``namespace`` (mixed into every key), ``model_id`` (the model's name and revision in
+        keys, when hosts load the same weights from different paths), ``quantization`` and
+        ``revision`` (the served weights' quantization method, "none" when unquantized, and the
+        model's revision: see ``_served_weights``; required where vLLM's config is not at hand),
+        ``retry_after_s`` (back-off after a connection failure), ``load_threads`` /
+        ``store_threads`` (transfer threads) and ``locality`` (vLLM's tier filter; memkv is
+        ``REMOTE`` unless said otherwise)."""
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         self.locality = Locality(locality.upper()) if locality else None
         if load_threads < 1 or store_threads < 1:
@@ -136,8 +195,12 @@ class MemkvTier(SecondaryTierManager):
 
         spec_config = offloading_spec.config
         parallel = spec_config.parallel
+        model_name = spec_config.model.name
+        quantization, revision = _served_weights(model_name, quantization, revision, source)
         layout = K.TierLayout(
-            model=model_id or spec_config.model.name,
+            # model_id replaces the name and revision only: the quantization is always keyed.
+            model=model_id or f"{model_name}@{revision}",
+            quantization=quantization,
             kv_dtype=spec_config.model.dtype,
             tokens_per_hash=spec_config.cache.tokens_per_hash,
             blocks_per_chunk=spec_config.cache.blocks_per_chunk,
@@ -153,6 +216,7 @@ class MemkvTier(SecondaryTierManager):
             chunk_bytes=self.block_size_bytes,
             namespace=namespace,
         )
+        self.layout = layout
         self.namespace = layout.digest()
         self._ranks = layout.ranks()
 
@@ -169,8 +233,9 @@ class MemkvTier(SecondaryTierManager):
         self._load_keys: dict[JobId, list[OffloadKey]] = {}
         self._closed = False
         logger.info(
-            "memkv_vllm tier '%s': namespace %s (model %s), %d-byte chunks, servers %s",
-            tier_type, self.namespace, layout.model, self.block_size_bytes,
+            "memkv_vllm tier '%s': namespace %s (model %s, quantization %s), %d-byte chunks, "
+            "servers %s", tier_type, self.namespace, layout.model, layout.quantization,
+            self.block_size_bytes,
             settings.client_kwargs.get("servers", "from MEMKV_SERVERS / MEMKV_CONFIG"),
         )
 

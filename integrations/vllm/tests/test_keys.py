@@ -6,15 +6,16 @@ LAYERS = ("model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn")
 
 
 def layout(**kw):
-    base = dict(model="m@", kv_dtype="torch.bfloat16", cache_dtype="auto", block_size=128, num_kv_heads=4,
-                head_size=64, page_bytes=131072, layer_names=LAYERS, tp_size=1)
+    base = dict(model="m@", quantization="none", kv_dtype="torch.bfloat16", cache_dtype="auto",
+                block_size=128, num_kv_heads=4, head_size=64, page_bytes=131072,
+                layer_names=LAYERS, tp_size=1)
     base.update(kw)
     return K.Layout(**base)
 
 
 def test_namespace_is_stable_and_separates_layouts():
     assert layout().digest() == layout().digest()
-    others = [layout(model="other@"), layout(kv_dtype="torch.float16"),
+    others = [layout(model="other@"), layout(quantization="fp8"), layout(kv_dtype="torch.float16"),
               layout(cache_dtype="fp8_e5m2"), layout(block_size=16),
               layout(num_kv_heads=8), layout(head_size=128), layout(tp_size=2),
               layout(layer_names=LAYERS[:1]), layout(namespace="tenant-a"), layout(page_bytes=1)]
@@ -22,8 +23,22 @@ def test_namespace_is_stable_and_separates_layouts():
     assert len(digests) == len(others) and layout().digest() not in digests
 
 
-def vllm_connector(cache_dtype="auto", **parallel):
-    """A scheduler-side MemkvConnector built by vLLM's own factory, config and KV cache spec."""
+def test_weight_quantization_alone_separates_namespaces():
+    # Same model, dtypes and page sizes: only the weights differ, and with them every KV value.
+    methods = ["none", "fp8", "awq", "gptq"]
+    assert len({layout(quantization=q).digest() for q in methods}) == len(methods)
+    assert len({tier_layout(quantization=q).digest() for q in methods}) == len(methods)
+    # As keys name it: vLLM's method in lower case, None (unquantized) as "none".
+    names = [K.quantization_name(q) for q in (None, "fp8", "AWQ", " gptq ")]
+    assert names == ["none", "fp8", "awq", "gptq"]
+    for bad in ("", "  ", 8):
+        with pytest.raises(ValueError, match="non-empty string"):
+            K.quantization_name(bad)
+
+
+def vllm_connector(model_config, cache_dtype="auto", **parallel):
+    """A scheduler-side MemkvConnector built by vLLM's own factory, config and KV cache spec,
+    for vLLM's ``model_config`` (the ``served`` fixture)."""
     pytest.importorskip("vllm")
     import torch
     from vllm.config import CacheConfig, KVTransferConfig, VllmConfig
@@ -33,6 +48,7 @@ def vllm_connector(cache_dtype="auto", **parallel):
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 
     config = VllmConfig(
+        model_config=model_config,
         cache_config=CacheConfig(cache_dtype=cache_dtype),
         kv_transfer_config=KVTransferConfig(
             kv_connector="MemkvConnector", kv_connector_module_path="memkv_vllm.connector",
@@ -54,9 +70,9 @@ def vllm_connector(cache_dtype="auto", **parallel):
     return connector
 
 
-def test_fp8_formats_sharing_a_storage_dtype_get_different_namespaces():
+def test_fp8_formats_sharing_a_storage_dtype_get_different_namespaces(served):
     # vLLM stores fp8_e4m3 and fp8_e5m2 alike as torch.uint8 pages of the same size.
-    e4m3, e5m2 = vllm_connector("fp8_e4m3"), vllm_connector("fp8_e5m2")
+    e4m3, e5m2 = vllm_connector(served(), "fp8_e4m3"), vllm_connector(served(), "fp8_e5m2")
     assert e4m3._page_bytes == e5m2._page_bytes
     assert e4m3._namespace != e5m2._namespace
 
@@ -65,9 +81,19 @@ def test_fp8_formats_sharing_a_storage_dtype_get_different_namespaces():
     (dict(tensor_parallel_size=2, decode_context_parallel_size=2), "decode_context_parallel_size=2"),
     (dict(prefill_context_parallel_size=2), "prefill_context_parallel_size=2"),
 ])
-def test_context_parallelism_is_refused_naming_the_setting(parallel, setting):
+def test_context_parallelism_is_refused_naming_the_setting(served, parallel, setting):
     with pytest.raises(ValueError, match=f"context parallelism \\({setting}\\)"):
-        vllm_connector(**parallel)
+        vllm_connector(served(), **parallel)
+
+
+def test_the_connector_keys_the_weights_quantization_vllm_serves(served):
+    # The same model path (and the same model_id, "m") with fp8 weights: the same pages, in
+    # size and dtype, holding other values. They must never be read for the bf16 weights.
+    plain, fp8 = vllm_connector(served()), vllm_connector(served(quantization="fp8"))
+    assert (plain._layout.quantization, fp8._layout.quantization) == ("none", "fp8")
+    assert plain._layout.model == fp8._layout.model == "m"
+    assert plain._page_bytes == fp8._page_bytes
+    assert plain._namespace != fp8._namespace
 
 
 def test_only_whole_chunks_are_hashed():
@@ -133,7 +159,8 @@ def test_bad_block_size_is_refused():
 
 
 def tier_layout(**kw):
-    base = dict(model="m", kv_dtype="bfloat16", tokens_per_hash=16, blocks_per_chunk=1,
+    base = dict(model="m@", quantization="none", kv_dtype="bfloat16", tokens_per_hash=16,
+                blocks_per_chunk=1,
                 groups=((16, LAYERS),), world_size=1, tp_size=1, pp_size=1, pcp_size=1,
                 dcp_size=1, replicated_layout=False, canonical_layout=False,
                 kv_cache_layout=None, chunk_bytes=65536)
@@ -143,7 +170,8 @@ def tier_layout(**kw):
 
 def test_tier_namespace_separates_everything_that_changes_a_chunks_bytes():
     assert tier_layout().digest() == tier_layout().digest()
-    others = [tier_layout(model="o"), tier_layout(kv_dtype="float16"),
+    others = [tier_layout(model="o@"), tier_layout(model="m@v2"), tier_layout(quantization="fp8"),
+              tier_layout(kv_dtype="float16"),
               tier_layout(tokens_per_hash=32), tier_layout(blocks_per_chunk=2),
               tier_layout(groups=((16, LAYERS[:1]),)), tier_layout(world_size=2, tp_size=2),
               tier_layout(world_size=2, pp_size=2), tier_layout(dcp_size=2),

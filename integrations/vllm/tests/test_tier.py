@@ -125,14 +125,55 @@ def test_other_models_and_layouts_never_see_the_chunks(srv, tiers):
         new_tier(tiers, module_path_tier(srv, namespace="tenant-b"), buf),
         new_tier(tiers, module_path_tier(srv, model_id="pinned-name"), buf),
         new_tier(tiers, module_path_tier(srv), primary_buffer()[:, :32768].copy()),  # other size
+        # The same model path with fp8 weights, or at another revision: other KV values.
+        new_tier(tiers, module_path_tier(srv, quantization="fp8"), buf),
+        new_tier(tiers, module_path_tier(srv, revision="v2"), buf),
     ]
-    assert len({t.namespace for t in others} | {tiers[0].namespace}) == 5
+    assert len({t.namespace for t in others} | {tiers[0].namespace}) == 7
     ctx = ReqContext(req_id="b")
     for t in others:
         assert [resolve(t, k, ctx) for k in keys] == [LookupResult.MISS] * 2
     # The same model and layout, whatever its tier is called, shares them.
     same = new_tier(tiers, module_path_tier(srv), buf, engine_id="another-engine")
     assert [resolve(same, k, ctx) for k in keys] == [LookupResult.HIT] * 2
+
+
+def test_an_unknown_weight_quantization_is_refused_not_guessed(srv):
+    """vLLM builds the scheduler's tiers outside set_current_vllm_config: the tier cannot see
+    --quantization, and keys without it would let differently quantized engines share KV."""
+    untold = {k: v for k, v in module_path_tier(srv).items() if k != "quantization"}
+    buf = primary_buffer()
+    refusal = "cannot tell how the weights of test/llama are quantized.*set 'quantization'"
+    with pytest.raises(ValueError, match=refusal):
+        make_tier(untold, buf)
+    with pytest.raises(ValueError, match=refusal):  # model_id names the model only
+        make_tier({**untold, "model_id": "pinned-name"}, buf)
+    with pytest.raises(ValueError, match="'quantization': a quantization method must be"):
+        make_tier(module_path_tier(srv, quantization=""), buf)
+
+
+def test_quantization_and_revision_come_from_vllms_config_when_it_is_current(srv, tiers, served):
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    buf = primary_buffer()
+    model = served().model  # the spec's model name is vLLM's model path, as in an engine
+    untold = {k: v for k, v in module_path_tier(srv).items() if k != "quantization"}
+    made = {}
+    for name, model_config in [("plain", served()), ("fp8", served(quantization="fp8")),
+                               ("v2", served(revision="v2"))]:
+        with set_current_vllm_config(VllmConfig(model_config=model_config)):
+            made[name] = new_tier(tiers, untold, buf, model=model)
+    assert made["fp8"].layout.quantization == "fp8"
+    assert made["plain"].layout.quantization == "none"
+    assert made["v2"].layout.model == f"{model}@v2"
+    assert len({t.namespace for t in made.values()}) == 3
+    # Told in the tier's config instead, the same weights get the same keys.
+    told = new_tier(tiers, module_path_tier(srv, quantization="fp8"), buf, model=model)
+    assert told.namespace == made["fp8"].namespace
+    # A setting that contradicts what vLLM serves is refused, not keyed.
+    with set_current_vllm_config(VllmConfig(model_config=served(quantization="fp8"))):
+        with pytest.raises(ValueError, match="'quantization' is 'none', but vLLM serves"):
+            make_tier(module_path_tier(srv), buf, model=model)
 
 
 def test_keys_carry_namespace_ranks_hash_and_group(srv, tiers):
@@ -326,7 +367,7 @@ DOCUMENTED_CONFIGS = [
     "cpu_bytes_to_use": 17179869184,
     "secondary_tiers": [
       {"type": "MemkvTier", "module_path": "memkv_vllm.tier",
-       "servers": ["10.0.0.5:9900", "10.0.0.6:9900"]}
+       "servers": ["10.0.0.5:9900", "10.0.0.6:9900"], "quantization": "none"}
     ]
   }
 }""",
@@ -336,7 +377,8 @@ DOCUMENTED_CONFIGS = [
   "kv_connector_extra_config": {
     "spec_name": "TieringOffloadingSpec",
     "cpu_bytes_to_use": 17179869184,
-    "secondary_tiers": [{"type": "memkv", "servers": ["10.0.0.5:9900", "10.0.0.6:9900"]}]
+    "secondary_tiers": [{"type": "memkv", "servers": ["10.0.0.5:9900", "10.0.0.6:9900"],
+                         "quantization": "none"}]
   }
 }""",
 ]

@@ -25,7 +25,9 @@ from tests.tiering import resolve, tiering_spec
 
 def main(engine_id: str, key_hexes: list[str]) -> dict[str, str]:
     load_general_plugins()
-    manager = tiering_spec([{"type": "memkv", "timeout_ms": 2000}], engine_id).get_manager()
+    # Unquantized weights, as the writer's: no vLLM config is current here to say so.
+    tier = {"type": "memkv", "timeout_ms": 2000, "quantization": "none"}
+    manager = tiering_spec([tier], engine_id).get_manager()
     assert isinstance(manager, TieringOffloadingManager)
     rows = np.asarray(manager.primary_tier.get_kv_memoryview())
     ctx = ReqContext(req_id="reader")

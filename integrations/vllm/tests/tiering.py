@@ -35,9 +35,10 @@ STEP = ScheduleEndContext(new_req_ids=(), preempted_req_ids=())
 
 
 def module_path_tier(srv: Any, **params: Any) -> dict[str, Any]:
-    """A tier entry of ``secondary_tiers`` in the module_path form, for one test server."""
+    """A tier entry of ``secondary_tiers`` in the module_path form, for one test server, for
+    unquantized weights (no vLLM config is current here: the tier must be told)."""
     return {"type": "MemkvTier", "module_path": "memkv_vllm.tier", "servers": [srv.address],
-            "auth_key": srv.auth_key, "timeout_ms": 1000, **params}
+            "auth_key": srv.auth_key, "timeout_ms": 1000, "quantization": "none", **params}
 
 
 def offloading_config(
