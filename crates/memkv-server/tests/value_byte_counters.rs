@@ -160,3 +160,46 @@ async fn a_batch_get_counts_only_the_values_it_found() {
     );
     server.shutdown().await.unwrap();
 }
+
+/// A batch put counts the values it stored: not its items' headers and keys, nor an item
+/// refused for its checksum (it counted its whole payload).
+#[tokio::test]
+async fn a_batch_put_counts_only_the_values_it_stored() {
+    use memkv_proto::batch::{PutItem, encode_put_request};
+    use memkv_proto::checksum;
+    use memkv_proto::coverage::Coverage;
+    let _serial = SERIAL.lock().await;
+    let server = Server::start(config()).await.unwrap();
+    let mut c = connect(server.data_addr(), key()).await.unwrap();
+    let value = [5u8; 1000];
+    let keys: Vec<String> = (0..4).map(|i| format!("batch-put-{i}")).collect();
+    let items: Vec<PutItem<'_>> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| PutItem {
+            key: k.as_bytes(),
+            value: &value,
+            // The last item's checksum is wrong: it is refused, the others stored.
+            checksum: checksum::of(&value) ^ u64::from(i == 3),
+        })
+        .collect();
+    let payload = encode_put_request(&items);
+    let before = scrape(&server, TCP_IN).await;
+    let (h, _) = c
+        .call_with_checksum(
+            Opcode::BatchPut,
+            &[],
+            &payload,
+            Coverage::PutRequestItems.checksum(&payload),
+        )
+        .await;
+    assert_eq!(h.status, Status::Ok);
+    let added = scrape(&server, TCP_IN).await - before;
+    let (_, client_in, _) = first_client(&server).await;
+    assert_eq!(
+        (added, client_in),
+        (3000.0, 3000),
+        "three 1000-byte values stored of four sent (metric delta, client bytes_in)"
+    );
+    server.shutdown().await.unwrap();
+}

@@ -243,7 +243,7 @@ fn commit(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
     };
     match result {
         Ok(()) => Outgoing {
-            rdma_value_bytes: len,
+            moved_value_bytes: len,
             ..ok(h, Body::Empty)
         },
         Err(e) => fail(h, &e),
@@ -287,7 +287,7 @@ fn lookup(shared: &Shared, h: &Header, key: &[u8], payload: &[u8]) -> Outgoing {
                 ),
             );
             Outgoing {
-                rdma_value_bytes: p.len,
+                moved_value_bytes: p.len,
                 ..out
             }
         }
@@ -302,16 +302,24 @@ fn batch_put(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {
         Err(e) => return bad(h, &e),
     };
     let items: Vec<_> = items.iter().map(|i| (i.key, i.value, i.checksum)).collect();
-    let statuses: Vec<Status> = shared
-        .store
-        .put_batch_checked(&items)
+    let results = shared.store.put_batch_checked(&items);
+    let stored = items
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_ok())
+        .map(|((_, value, _), _)| value.len() as u64)
+        .sum();
+    let statuses: Vec<Status> = results
         .iter()
         .map(|r| match r {
             Ok(()) => Status::Ok,
             Err(e) => store_status(e),
         })
         .collect();
-    ok(h, Body::Owned(batch::encode_statuses(&statuses)))
+    Outgoing {
+        moved_value_bytes: stored,
+        ..ok(h, Body::Owned(batch::encode_statuses(&statuses)))
+    }
 }
 
 fn batch_get(shared: &Shared, h: &Header, payload: &[u8]) -> Outgoing {

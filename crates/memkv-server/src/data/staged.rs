@@ -106,7 +106,7 @@ fn commit(shared: &Shared, staging: &Staging, h: &Header, payload: &[u8]) -> Opt
     };
     Some(match committed {
         Ok(()) => Outgoing {
-            rdma_value_bytes: len,
+            moved_value_bytes: len,
             ..ok(h, Body::Empty)
         },
         Err(e) => fail(h, &e),
@@ -183,7 +183,7 @@ fn lookup(shared: &Shared, staging: &Staging, h: &Header, key: &[u8], payload: &
             checksum,
         };
         return Outgoing {
-            rdma_value_bytes: len as u64,
+            moved_value_bytes: len as u64,
             ..ok(h, Body::Owned(body.encode()))
         };
     }

@@ -38,9 +38,10 @@ pub struct Outgoing {
     /// A fatal refusal: the raw header of the frame it refuses (whose opcode byte and request
     /// id it echoes). The writer writes it as the connection's last frame and closes.
     pub refuses: Option<[u8; HEADER_LEN]>,
-    /// Value bytes this operation moved one-sided: a Commit's value (written by the client's
-    /// RDMA WRITE) or a Lookup's (pinned for its RDMA READ). Zero for everything else.
-    pub rdma_value_bytes: u64,
+    /// Value bytes this operation moved where its frames do not say: a Commit's value (written
+    /// by the client's RDMA WRITE) or a Lookup's (pinned for its RDMA READ), and the values of a
+    /// batch put's items that were stored. Zero for everything else.
+    pub moved_value_bytes: u64,
 }
 
 impl Outgoing {
@@ -50,7 +51,7 @@ impl Outgoing {
             body,
             _permit: None,
             refuses: None,
-            rdma_value_bytes: 0,
+            moved_value_bytes: 0,
         }
     }
 

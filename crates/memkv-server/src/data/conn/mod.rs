@@ -415,8 +415,8 @@ fn record(
             };
             let kind = shared.clients.one_sided_kind(client, default);
             match request.opcode {
-                Opcode::Commit => (kind, out.rdma_value_bytes, 0),
-                Opcode::Lookup => (kind, 0, out.rdma_value_bytes),
+                Opcode::Commit => (kind, out.moved_value_bytes, 0),
+                Opcode::Lookup => (kind, 0, out.moved_value_bytes),
                 _ => (kind, 0, 0),
             }
         };
@@ -439,7 +439,8 @@ fn tcp_value_bytes(request: &Header, out: &Outgoing) -> (u64, u64) {
         return (0, 0);
     }
     match request.opcode {
-        Opcode::TcpPut | Opcode::BatchPut => (u64::from(request.payload_len), 0),
+        Opcode::TcpPut => (u64::from(request.payload_len), 0),
+        Opcode::BatchPut => (out.moved_value_bytes, 0),
         Opcode::TcpGet | Opcode::BatchGet => (0, out.stored_value_bytes()),
         _ => (0, 0),
     }
