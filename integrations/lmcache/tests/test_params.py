@@ -35,10 +35,12 @@ def test_bad_values_name_the_setting():
         client_kwargs({"timeout_ms": 0}, where="x.")
     with pytest.raises(ValueError, match="timeout_ms must be a whole number"):
         client_kwargs({"timeout_ms": "soon"})
-    with pytest.raises(ValueError, match="transport must be one of auto, tcp, rdma"):
+    with pytest.raises(ValueError, match="transport must be one of auto, tcp, rdma, shm"):
         client_kwargs({"transport": "ib"})
     with pytest.raises(TypeError, match=r"unknown memkv setting\(s\) x\.host"):
         client_kwargs({"host": "a"}, where="x.")
+    # The same-host transport only, as memkv.Client takes it (it was refused here).
+    assert client_kwargs({"transport": "shm"}) == {"transport": "shm"}
     assert client_kwargs({"transport": "RDMA", "timeout_ms": "250"}) == {
         "transport": "rdma",
         "timeout_ms": 250,

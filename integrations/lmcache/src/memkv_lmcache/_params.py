@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 # Names accepted from LMCache configuration, mapped to memkv.Client arguments.
 CLIENT_PARAMS = ("servers", "auth_key", "auth_key_file", "transport", "timeout_ms", "config")
-TRANSPORTS = ("auto", "tcp", "rdma")
+TRANSPORTS = ("auto", "tcp", "rdma", "shm")
 
 
 def _servers(value: Any, where: str) -> list[str]:
