@@ -136,7 +136,10 @@ impl FileBackend {
             match self.drives[p.drive].read_leased(lease, p.offset, len) {
                 Ok(flight) => flights.push((p.drive, p.take, flight)),
                 Err(error) => {
-                    let e = self.drive_error(p.drive, error);
+                    let e = DriveError {
+                        drive: p.drive,
+                        error,
+                    };
                     // Dropping the flights waits for the reads already started.
                     drop(flights);
                     return self
@@ -167,7 +170,7 @@ impl FileBackend {
                     pieces.push((lease, take));
                 }
                 Err(error) => {
-                    let e = self.drive_error(drive, error);
+                    let e = DriveError { drive, error };
                     drop(flights);
                     return self
                         .read_failed(key, block, e)
@@ -213,11 +216,5 @@ impl FileBackend {
             }
         }
         Some(plan)
-    }
-
-    /// `error` from `drive`, counted against its health.
-    fn drive_error(&self, drive: usize, error: std::io::Error) -> DriveError {
-        self.health.fail(drive, self.drives[drive].path(), &error);
-        DriveError { drive, error }
     }
 }

@@ -151,7 +151,6 @@ impl FileBackend {
     fn layout(&self) -> Layout<'_> {
         Layout {
             drives: &self.drives,
-            health: &self.health,
             block_size: self.block_size,
             data_offset: self.data_offset,
         }
@@ -188,6 +187,8 @@ impl FileBackend {
                 io.write_at(at, &data[r])
             })
             .map_err(|e| {
+                self.health
+                    .fail(e.drive, self.drives[e.drive].path(), &e.error);
                 self.health.write_errors[e.drive].fetch_add(1, Ordering::Relaxed);
                 e.into()
             })
@@ -210,7 +211,8 @@ impl FileBackend {
                 Some(h) if h == space.len => space.whole.unwrap_or_else(|| space.hasher.digest()),
                 _ => {
                     let mut buf = vec![0; space.len as usize];
-                    self.read_extents(&space.extents.ids, space.len, &mut buf)?
+                    self.read_extents(&space.extents.ids, space.len, &mut buf)
+                        .map_err(|e| self.count_error(e))?
                 }
             };
             if actual != checksum {
@@ -370,31 +372,50 @@ impl FileBackend {
         self.corrupt(key, block, failures).map(|()| None)
     }
 
+    /// `e`, counted against its drive's health.
+    fn count_error(&self, e: DriveError) -> DriveError {
+        self.health
+            .fail(e.drive, self.drives[e.drive].path(), &e.error);
+        e
+    }
+
     /// After `error` reading `block`: the value reads as a miss from now on.
+    ///
+    /// On a drive that is out of service the value stays indexed (the drive may be back after
+    /// a restart) and reads as a miss meanwhile. On one in service the error was a bad range:
+    /// the value is dropped, and the error counts against the drive's health once per value.
+    /// Every read of one bad value in flight at once fails (a hot block read by many clients,
+    /// a key named several times in one batch); only the read whose delete takes the value out
+    /// of the index counts it, so that one bad sector read eight times at once does not take
+    /// its drive offline at `DRIVE_ERROR_LIMIT`.
     fn read_failed(&self, key: &[u8], block: Entry<FileBlock>, error: DriveError) -> Result<()> {
         let DriveError { drive, error } = error;
         self.health.unreadable(drive);
         tracing::warn!(key = ?String::from_utf8_lossy(key), drive, %error, "value unreadable; served as a miss");
-        // On a drive that stays online the error was a bad sector: the value is gone, so it is
-        // dropped. On one the error took offline, the value stays indexed (the drive may be
-        // back after a restart) and reads as a miss meanwhile.
-        if self.health.online(drive) {
-            self.submit(Op::Delete {
-                key: key.into(),
-                only_if: Some(block),
-            })?;
+        if !self.health.online(drive) {
+            return Ok(());
+        }
+        let dropped = self.submit(Op::Delete {
+            key: key.into(),
+            only_if: Some(block),
+        })?;
+        if dropped {
+            self.health.fail(drive, self.drives[drive].path(), &error);
         }
         Ok(())
     }
 
-    /// `block` failed its checksum: counted, and dropped so that it is never served.
+    /// `block` failed its checksum: dropped so that it is never served, and counted once (by
+    /// the read whose delete dropped it, as for a read error).
     fn corrupt(&self, key: &[u8], block: Entry<FileBlock>, failures: &AtomicU64) -> Result<()> {
-        failures.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(key = ?String::from_utf8_lossy(key), "checksum mismatch on read; dropping value");
-        self.submit(Op::Delete {
+        let dropped = self.submit(Op::Delete {
             key: key.into(),
             only_if: Some(block),
         })?;
+        if dropped {
+            failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(key = ?String::from_utf8_lossy(key), "checksum mismatch on read; value dropped");
+        }
         Ok(())
     }
 
@@ -480,7 +501,6 @@ impl FileBackend {
 /// Where extents live on the drives.
 pub(crate) struct Layout<'a> {
     drives: &'a [Arc<dyn ExtentIo>],
-    health: &'a DriveHealth,
     block_size: u64,
     data_offset: u64,
 }
@@ -503,7 +523,8 @@ impl From<DriveError> for StoreError {
 
 impl Layout<'_> {
     /// Calls `f(drive, drive_offset, range_in_value)` for each extent piece of `[off, off+len)`.
-    /// An error is counted against its drive's health and names the drive.
+    /// An error names its drive; the caller counts it against the drive's health, as only it
+    /// knows whether another read of the same value already did.
     fn for_each_piece(
         &self,
         ids: &[u64],
@@ -520,10 +541,8 @@ impl Layout<'_> {
             let (d, i) = split_extent(ids[k]);
             let at = self.data_offset + u64::from(i) * self.block_size + within;
             let drive = &*self.drives[d];
-            f(drive, at, (pos - off) as usize..(pos - off + n) as usize).map_err(|error| {
-                self.health.fail(d, drive.path(), &error);
-                DriveError { drive: d, error }
-            })?;
+            f(drive, at, (pos - off) as usize..(pos - off + n) as usize)
+                .map_err(|error| DriveError { drive: d, error })?;
             pos += n;
         }
         Ok(())

@@ -100,7 +100,6 @@ pub(super) fn open(
     let health = DriveHealth::new(cfgs.len());
     let layout = Layout {
         drives: &drives,
-        health: &health,
         block_size,
         data_offset: sbs[0].data_offset,
     };
@@ -108,6 +107,7 @@ pub(super) fn open(
         let mut buf = vec![0; c.len as usize];
         layout
             .read_hashed(&c.extents, c.len, &mut buf)
+            .inspect_err(|e| health.fail(e.drive, drives[e.drive].path(), &e.error))
             .is_ok_and(|sum| sum == c.checksum)
     };
     let sealed = journal.replayed_sealed();
