@@ -51,30 +51,7 @@ impl DirectDrive {
             .custom_flags(libc::O_DIRECT)
             .open(path)
             .map_err(|e| refine_open_error(path, e))?;
-        let len = if file.metadata()?.file_type().is_block_device() {
-            let device = block_device_len(&file)?;
-            match size {
-                Some(s) if s > device => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!("size {s} is larger than the device ({device} bytes)"),
-                    ));
-                }
-                Some(s) => s,
-                None => device,
-            }
-        } else {
-            let current = file.metadata()?.len();
-            let len = match size {
-                Some(s) => s.max(current),
-                None if current == 0 => default_size,
-                None => current,
-            };
-            if len != current {
-                file.set_len(len)?;
-            }
-            len
-        };
+        let len = super::io::drive_len(&file, size, default_size)?;
         let ring = DirectRing::new(&file, BUFFERS, BUFFER_SIZE)?;
         let block_device = file.metadata()?.file_type().is_block_device();
         Ok(DirectDrive {
@@ -281,15 +258,6 @@ fn aligned_pieces(offset: u64, len: usize, max: usize) -> Vec<Piece> {
 
 fn is_block_device(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
-}
-
-fn block_device_len(file: &File) -> io::Result<u64> {
-    use std::io::{Seek, SeekFrom};
-    // Seeking to the end of a block device gives its size without an ioctl.
-    let mut f = file;
-    let len = f.seek(SeekFrom::End(0))?;
-    f.seek(SeekFrom::Start(0))?;
-    Ok(len)
 }
 
 /// Refuses, by what it is, a path that is neither a block device nor a regular file (nor

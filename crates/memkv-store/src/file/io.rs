@@ -136,15 +136,7 @@ impl FileDrive {
             .truncate(false)
             .open(path)?;
         let block_device = file.metadata()?.file_type().is_block_device();
-        let current = file.metadata()?.len();
-        let len = match size {
-            Some(s) => s.max(current),
-            None if current == 0 => default_size,
-            None => current,
-        };
-        if len != current {
-            file.set_len(len)?;
-        }
+        let len = drive_len(&file, size, default_size)?;
         Ok(Self {
             map: if mapped {
                 DriveMap::new(&file, len)
@@ -196,4 +188,35 @@ impl ExtentIo for FileDrive {
     fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         crate::arena::discard_range(&self.file, self.block_device, offset, len)
     }
+}
+
+/// The length a drive is used at. A block device keeps its size (`size`, when given, must not
+/// exceed it; a block device's metadata says 0 and it cannot be resized, so file mode could not
+/// open one); a regular file is created at `size` (else `default_size`), or grown to `size`.
+pub(crate) fn drive_len(file: &File, size: Option<u64>, default_size: u64) -> io::Result<u64> {
+    if file.metadata()?.file_type().is_block_device() {
+        use std::io::{Seek, SeekFrom};
+        // Seeking to the end of a block device gives its size without an ioctl.
+        let mut f = file;
+        let device = f.seek(SeekFrom::End(0))?;
+        f.seek(SeekFrom::Start(0))?;
+        return match size {
+            Some(s) if s > device => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("size {s} is larger than the device ({device} bytes)"),
+            )),
+            Some(s) => Ok(s),
+            None => Ok(device),
+        };
+    }
+    let current = file.metadata()?.len();
+    let len = match size {
+        Some(s) => s.max(current),
+        None if current == 0 => default_size,
+        None => current,
+    };
+    if len != current {
+        file.set_len(len)?;
+    }
+    Ok(len)
 }
