@@ -255,6 +255,7 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
     let servers = config.servers.clone();
     let connections = config.num_connections;
     let client = Client::connect(config).await?;
+    open_connections(&client, connections).await?;
     let stop = args.stop();
     let setup = Setup {
         op: args.op,
@@ -290,6 +291,23 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         doc["transport_used"] = used.into();
         doc["registered"] = args.registered.into();
         outln!("{doc}");
+    }
+    Ok(())
+}
+
+/// Opens every pooled connection before anything is timed, as the Redis driver does: the
+/// client connects lazily, so the first size's first calls timed a connect and handshake each.
+/// Concurrent pings take different slots (a slot counts as busy while it connects).
+async fn open_connections(client: &Client, per_server: usize) -> Result<(), Exit> {
+    let mut pings = tokio::task::JoinSet::new();
+    for server in client.servers() {
+        for _ in 0..per_server {
+            let (client, server) = (client.clone(), server.to_owned());
+            pings.spawn(async move { client.ping(&server).await });
+        }
+    }
+    while let Some(done) = pings.join_next().await {
+        done.expect("pings do not panic")?;
     }
     Ok(())
 }
