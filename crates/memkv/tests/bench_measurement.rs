@@ -197,7 +197,7 @@ fn a_stall_at_the_end_of_a_paced_run_is_counted_too() {
 fn a_send_held_up_past_its_due_time_is_timed_from_the_schedule() {
     let (tx, rx) = mpsc::channel();
     let redis = FakeRedis::start(Box::new(|_, arrived| arrived), Some(tx));
-    let mut child = memkv()
+    let child = memkv()
         .args([
             "bench",
             "--redis",
