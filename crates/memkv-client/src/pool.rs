@@ -175,8 +175,9 @@ impl ServerPool {
         u64::try_from(ms).unwrap_or(u64::MAX).max(1)
     }
 
-    /// An open connection: the least loaded slot's, opening it if needed. While that slot is
-    /// backing off after a failure, its last error is returned at once.
+    /// An open connection: the least loaded slot's, opening it if needed. When that slot cannot
+    /// connect (or is backing off after a failure), another slot's open connection, if there
+    /// is one, else the slot's error at once.
     pub async fn connection(&self) -> Result<Lease<'_>> {
         let index = self.pick();
         let load = &self.loads[index];
@@ -193,7 +194,9 @@ impl ServerPool {
         slot.conn = None;
         let now = Instant::now();
         if let Some(err) = slot.backoff.waiting(now) {
-            return Err(err.clone());
+            let err = err.clone();
+            drop(slot);
+            return self.open_elsewhere(index).ok_or(err);
         }
         let dial = Dial {
             server: &self.server,
@@ -229,9 +232,28 @@ impl ServerPool {
                     tracing::warn!(server = %self.server, "cannot connect: {err}");
                 }
                 self.connect_failed(&mut slot, load, err.clone());
-                Err(err)
+                drop(slot);
+                self.open_elsewhere(index).ok_or(err)
             }
         }
+    }
+
+    /// An open connection of a slot other than `except`, for a caller whose slot could not
+    /// connect: a server that refuses connections beyond its `limits.max_connections` still
+    /// serves the ones it accepted (each refused slot failed a request every back-off step).
+    /// Slots busy connecting or being checked are passed over, not waited for.
+    fn open_elsewhere(&self, except: usize) -> Option<Lease<'_>> {
+        self.slots.iter().enumerate().find_map(|(index, slot)| {
+            if index == except {
+                return None;
+            }
+            let slot = slot.try_lock().ok()?;
+            let conn = slot.conn.as_ref().filter(|c| c.is_open())?;
+            Some(Lease {
+                conn: Arc::clone(conn),
+                _in_flight: InFlight::new(&self.loads[index]),
+            })
+        })
     }
 
     /// Backs `slot` off after a failed connect, and marks it failing for [`Self::pick`].
