@@ -1,7 +1,8 @@
 //! Batches over RDMA: each server's share (cut into chunks within the batch limits, as over
 //! TCP) goes through `rdma_flow`, so its values move in a few chains of work requests instead
 //! of one operation per value. Under `auto` the items an RDMA failure hit are retried over TCP
-//! (which the process then uses for good); under `rdma` their errors are the caller's.
+//! (which then carries values for a while, [`super::fallback`]); under `rdma` their errors are
+//! the caller's.
 
 use std::ops::Range;
 
@@ -225,7 +226,7 @@ fn in_buffer(range: &Range<usize>, len: usize) -> Result<()> {
 }
 
 /// Which items failed over RDMA in a way that sends them to TCP: under `auto`, an RDMA
-/// failure (the first switches the process to TCP, logged once) or a Busy server (staging
+/// failure (which sends values over TCP for a while, logged once) or a Busy server (staging
 /// full: that item only); never under `rdma`.
 pub(crate) fn fallen_back<T>(rdma: &RdmaPath, out: &[Option<Result<T>>]) -> Vec<bool> {
     out.iter()

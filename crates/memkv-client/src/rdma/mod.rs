@@ -18,6 +18,7 @@ pub(crate) mod batch;
 pub(crate) mod buffer;
 pub(crate) mod channel;
 pub(crate) mod control;
+pub(crate) mod fallback;
 pub(crate) mod mover;
 pub(crate) mod path;
 pub(crate) mod plan;

@@ -5,11 +5,12 @@
 //! connection). Transfers spread over the rails ([`super::plan`]); a failing rail is dropped
 //! for that server while the others carry on ([`super::rails`]).
 //!
-//! `transport: auto` falls back to TCP for the rest of the process on the first RDMA failure,
-//! logged once at WARN with the reason; `transport: rdma` hands every failure to the caller.
+//! `transport: auto` sends values over TCP for 30 s after an RDMA failure ([`super::fallback`]),
+//! logged at WARN with the reason, then tries RDMA again; `transport: rdma` hands every failure
+//! to the caller.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use memkv_fabric::{Fabric, FabricConfig};
@@ -19,6 +20,7 @@ use memkv_rdma::{QpOptions, RdmaDevice, StagingPool};
 use tokio::sync::Mutex;
 
 use super::channel::{Channel, dci_pool};
+use super::fallback::{Fallback, RETRY_AFTER};
 use super::rails::{Health, Rail, RailStats, usable};
 use crate::config::{ClientConfig, Transport};
 use crate::conn::Connection;
@@ -70,8 +72,8 @@ pub(crate) struct RdmaPath {
     slots: Vec<Vec<RailSlot>>,
     /// Rotates the rail that small transfers and registered buffers start on.
     next_rail: AtomicUsize,
-    fell_back: AtomicBool,
-    fallback_reason: std::sync::Mutex<Option<String>>,
+    /// Under `auto`: whether values go over TCP for now, after an RDMA failure.
+    fallback: Fallback,
     /// DC access key for servers that answer Connect with their DC target.
     dc_key: u64,
     /// Queue pair settings: work requests share the client's operation deadline.
@@ -168,11 +170,10 @@ impl RdmaPath {
             .collect();
         Ok(Ok(RdmaPath {
             strict,
-            fallback_reason: std::sync::Mutex::new(None),
             rails,
             slots,
             next_rail: AtomicUsize::new(0),
-            fell_back: AtomicBool::new(false),
+            fallback: Fallback::new(Instant::now()),
             dc_key: config.auth_key.dc_access_key(),
             qp_options,
             _fabric: fabric,
@@ -181,21 +182,20 @@ impl RdmaPath {
 
     /// Whether operations should try RDMA now.
     pub fn active(&self) -> bool {
-        !self.fell_back.load(Ordering::Relaxed)
+        self.fallback.rdma_at(Instant::now())
     }
 
-    /// Records an RDMA failure. `true`: the caller retries over TCP (`auto`, which from now on
-    /// uses TCP for the rest of the process); `false`: the caller returns the error.
+    /// Records an RDMA failure. `true`: the caller retries over TCP (`auto`, which then sends
+    /// values over TCP for [`RETRY_AFTER`] before it tries RDMA again); `false`: the caller
+    /// returns the error.
     pub fn failed(&self, err: &Error) -> bool {
         if self.strict {
             return false;
         }
-        if !self.fell_back.swap(true, Ordering::Relaxed) {
-            tracing::warn!("RDMA failed ({err}); switching to TCP for the rest of the process");
-            *self
-                .fallback_reason
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(err.to_string());
+        if self.fallback.failed(Instant::now(), err.to_string()) {
+            tracing::warn!(
+                "RDMA failed ({err}); values go over TCP for {RETRY_AFTER:?}, then RDMA is tried again"
+            );
         }
         true
     }
@@ -207,12 +207,10 @@ impl RdmaPath {
         !self.strict && err.is_busy()
     }
 
-    /// Why an `auto` client switched to TCP in flight, if it did.
+    /// Why an `auto` client sends values over TCP for now, after an RDMA failure; `None`
+    /// while RDMA is in use.
     pub fn fallback_reason(&self) -> Option<String> {
-        self.fallback_reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.fallback.reason_at(Instant::now())
     }
 
     /// The rail `session` uses.
