@@ -3,6 +3,7 @@
 
 pub mod fault_drive;
 pub mod rng;
+pub mod versioned;
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
