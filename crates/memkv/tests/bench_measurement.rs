@@ -14,12 +14,26 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 fn memkv() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memkv"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("MEMKV_") {
-            cmd.env_remove(name);
-        }
-    }
+    common::bare("bench-measurement")
+}
+
+/// `bench` putting 4 KiB values on 16 keys from one task into the Redis stand-in at `addr`.
+fn put_into(addr: &str) -> Command {
+    let mut cmd = memkv();
+    cmd.args([
+        "bench",
+        "--redis",
+        addr,
+        "--op",
+        "put",
+        "--sizes",
+        "4K",
+        "--keys",
+        "16",
+        "--threads",
+        "1",
+        "--json",
+    ]);
     cmd
 }
 
@@ -110,24 +124,7 @@ fn json_of(out: &std::process::Output) -> serde_json::Value {
 }
 
 fn paced_put_against(redis: &FakeRedis, extra: &[&str]) -> serde_json::Value {
-    let out = memkv()
-        .args([
-            "bench",
-            "--redis",
-            &redis.addr,
-            "--op",
-            "put",
-            "--sizes",
-            "4K",
-            "--keys",
-            "16",
-            "--threads",
-            "1",
-            "--json",
-        ])
-        .args(extra)
-        .output()
-        .unwrap();
+    let out = put_into(&redis.addr).args(extra).output().unwrap();
     json_of(&out)
 }
 
@@ -197,25 +194,8 @@ fn a_stall_at_the_end_of_a_paced_run_is_counted_too() {
 fn a_send_held_up_past_its_due_time_is_timed_from_the_schedule() {
     let (tx, rx) = mpsc::channel();
     let redis = FakeRedis::start(Box::new(|_, arrived| arrived), Some(tx));
-    let child = memkv()
-        .args([
-            "bench",
-            "--redis",
-            &redis.addr,
-            "--op",
-            "put",
-            "--sizes",
-            "4K",
-            "--keys",
-            "16",
-            "--threads",
-            "1",
-            "--json",
-            "--rate",
-            "2",
-            "--count",
-            "3",
-        ])
+    let child = put_into(&redis.addr)
+        .args(["--rate", "2", "--count", "3"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
