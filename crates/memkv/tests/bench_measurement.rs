@@ -132,20 +132,26 @@ fn ms(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap() / 1e3
 }
 
-/// Control (passes): a 700 ms stall at the START of a 1 s run at 100 calls/s is counted: the
-/// 70 calls due during it are sent late and timed from when they were due (mean ~250 ms).
-#[test]
-fn a_stall_early_in_a_paced_run_is_counted() {
-    let redis = FakeRedis::start(
-        Box::new(|anchor, arrived| {
-            if arrived == anchor {
-                anchor + Duration::from_millis(700)
+/// A Redis stand-in that answers every SET arriving from `from_ms` after the run's first SET
+/// on at `until_ms` (and the others at once).
+fn stalling(from_ms: u64, until_ms: u64) -> FakeRedis {
+    FakeRedis::start(
+        Box::new(move |anchor, arrived| {
+            if arrived >= anchor + Duration::from_millis(from_ms) {
+                (anchor + Duration::from_millis(until_ms)).max(arrived)
             } else {
                 arrived
             }
         }),
         None,
-    );
+    )
+}
+
+/// A 700 ms stall at the start of a 1 s run at 100 calls/s is counted: the 70 calls due
+/// during it are sent late and timed from when they were due (mean ~250 ms).
+#[test]
+fn a_stall_early_in_a_paced_run_is_counted() {
+    let redis = stalling(0, 700);
     let doc = paced_put_against(&redis, &["--rate", "100", "--duration", "1s"]);
     let r = &doc["results"][0];
     eprintln!("early stall: {r}");
@@ -153,24 +159,14 @@ fn a_stall_early_in_a_paced_run_is_counted() {
     assert!(ms(&r["latency_us"]["p99"]) >= 600.0, "{r}");
 }
 
-/// FINDING: the same 700 ms stall at the END of the run is not counted. A 1 s run at 100
-/// calls/s; the SET arriving 600 ms into the run is answered 1.3 s into it. The calls due at
-/// 610..990 ms (39 of the run's 100, 39 %) all waited 300-700 ms from when they were due, yet
-/// none is ever sent (the deadline passed) nor recorded: the bench reports 61 calls, p50
-/// 56 us and mean 11.5 ms, where the control above (the same stall at the start) reports
-/// p50 201 ms and mean 249 ms. Counting the calls due during the stall gives mean >= 120 ms.
+/// The same stall at the end of the run counts too. A 1 s run at 100 calls/s; the SET
+/// arriving 600 ms into the run is answered 1.3 s into it. The calls due at 610..990 ms (39 of
+/// the run's 100) all wait 300-700 ms from when they were due; they were never sent (the
+/// deadline had passed) nor recorded: the bench reported 61 calls, p50 56 us and mean 11.5 ms.
+/// Every call due before the deadline is now sent and timed (mean >= 100 ms).
 #[test]
 fn a_stall_at_the_end_of_a_paced_run_is_counted_too() {
-    let redis = FakeRedis::start(
-        Box::new(|anchor, arrived| {
-            if arrived >= anchor + Duration::from_millis(600) {
-                anchor + Duration::from_millis(1300)
-            } else {
-                arrived
-            }
-        }),
-        None,
-    );
+    let redis = stalling(600, 1300);
     let doc = paced_put_against(&redis, &["--rate", "100", "--duration", "1s"]);
     let r = &doc["results"][0];
     eprintln!("late stall: {r}");
@@ -184,12 +180,12 @@ fn a_stall_at_the_end_of_a_paced_run_is_counted_too() {
     );
 }
 
-/// FINDING: a call that was on time when its task checked but whose send was held up
-/// (here: the bench process is stopped for 450 ms spanning the call's due time, as a busy
-/// server sharing the bench's cores would hold it) is timed from when it was finally sent,
-/// not from when it was due. Calls at 2/s, one task: due at 0, 0.5 and 1.0 s. Stopping the
-/// bench from 0.25 to 0.70 s makes the second call leave ~200 ms late; the schedule-based
-/// latency of that call is >= 200 ms, the bench records ~0.1 ms.
+/// A call that was on time when its task checked but whose send was held up (here: the bench
+/// process is stopped for 450 ms spanning the call's due time, as a busy server sharing the
+/// bench's cores would hold it) is timed from when it was due, less at most the wait's 200 us
+/// of slack; it was timed from when it was finally sent. Calls at 2/s, one task: due at 0,
+/// 0.5 and 1.0 s. Stopping the bench from 0.25 to 0.70 s makes the second call leave ~200 ms
+/// late; its latency from the schedule is >= 200 ms, where the bench recorded ~0.1 ms.
 #[test]
 fn a_send_held_up_past_its_due_time_is_timed_from_the_schedule() {
     let (tx, rx) = mpsc::channel();
@@ -267,12 +263,11 @@ fn slow_connect_proxy(backend: String, delay: Duration) -> String {
     addr
 }
 
-/// FINDING: memkv's client connects lazily, so without --warmup the first block size's
-/// timed calls include dialing and the auth handshake (workload.rs opens Redis's connections
-/// before the clock "as memkv's client connected before", which it did not). Here connecting
-/// costs 300 ms and each call well under a millisecond; 40 puts, one task, one connection:
-/// the bench's p99 (= max at 40 samples) is the 300 ms connect, and ops/s (132) is divided by
-/// a time that is almost all connecting.
+/// memkv's client connects lazily, so without --warmup the first size's timed calls included
+/// dialling and the handshake (Redis's connections were opened before the clock). Here
+/// connecting costs 300 ms and each call well under a millisecond; 40 puts, one task, one
+/// connection: the bench's p99 (the max, at 40 samples) was the 300 ms connect, and ops/s
+/// (132) a time almost all connecting. The bench now opens every connection first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connecting_is_not_timed_as_a_call() {
     let server = common::start_server().await;
