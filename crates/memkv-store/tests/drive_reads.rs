@@ -46,7 +46,7 @@ fn find(path: &std::path::Path, needle: &[u8]) -> u64 {
 /// the read whose delete drops the value (as when many clients read one bad hot block).
 #[test]
 fn one_bad_value_repeated_in_a_batch_does_not_take_its_drive_offline() {
-    let dir = TempDir::on_disk("review-reads-repeat-bad");
+    let dir = TempDir::on_disk("reads-repeat-bad");
     // 1 MiB extents over two drives; values of one extent each go round robin: d0, keep (drive
     // 1, its first extent), d0b, bad (drive 1, its second extent).
     let store = Store::open(direct_config(&dir, 2, 32 << 20, 1 << 20)).unwrap();
@@ -86,7 +86,7 @@ fn one_bad_value_repeated_in_a_batch_does_not_take_its_drive_offline() {
 /// (it was counted once per repetition).
 #[test]
 fn one_corrupt_value_repeated_in_a_batch_is_counted_once() {
-    let dir = TempDir::on_disk("review-reads-repeat-corrupt");
+    let dir = TempDir::on_disk("reads-repeat-corrupt");
     let cfg = direct_config(&dir, 1, 32 << 20, 1 << 20);
     let store = Store::open(cfg.clone()).unwrap();
     let mut v = value(300_000, 5);
@@ -217,13 +217,13 @@ fn race(config: StoreConfig, direct: bool) {
 
 #[test]
 fn direct_mode_reads_race_overwrites_deletes_and_discards() {
-    let dir = TempDir::on_disk("review-reads-race-direct");
+    let dir = TempDir::on_disk("reads-race-direct");
     race(direct_config(&dir, 2, 24 << 20, 256 << 10), true);
 }
 
 #[test]
 fn mapped_file_reads_race_overwrites_deletes_and_discards() {
-    let dir = TempDir::on_disk("review-reads-race-file");
+    let dir = TempDir::on_disk("reads-race-file");
     let mut cfg = file_config(&dir, 2, 24 << 20, 256 << 10);
     cfg.file_reads = FileReads::Mapped;
     race(cfg, false);
