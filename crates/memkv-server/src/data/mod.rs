@@ -8,9 +8,10 @@ pub(crate) mod pending;
 mod staged;
 pub(crate) mod writer;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use memkv_proto::{Header, Opcode, ProtoError, Status};
 use tokio::io::AsyncWriteExt;
@@ -22,6 +23,17 @@ use crate::state::Shared;
 
 /// How long connections get to finish in-flight work once the server drains.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// At `limits.max_connections`: closes the oldest connection still in its handshake, if it is
+/// old enough, so that `peer` takes its place; `false` when none is.
+fn preempt_a_stalled_handshake(shared: &Shared, peer: SocketAddr, now: Instant) -> bool {
+    let Some(stalled) = shared.handshakes.close_oldest(now) else {
+        return false;
+    };
+    tracing::warn!(%peer, %stalled, "at limits.max_connections: closed the oldest connection still in its handshake to admit a new one");
+    crate::metrics::handshake_preempted();
+    true
+}
 
 /// Accepts connections until `shutdown` turns true, then waits for them to drain.
 pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
@@ -36,12 +48,10 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::
             accepted = listener.accept() => match accepted {
                 Ok((mut stream, peer)) => {
                     let limit = u64::from(shared.config.limits.max_connections);
-                    let now = std::time::Instant::now();
-                    if shared.connections.snapshot().current >= limit {
-                        if let Some(stalled) = shared.handshakes.close_oldest(now) {
-                            tracing::warn!(%peer, %stalled, limit, "at limits.max_connections: closing the oldest connection still in its handshake to admit a new one");
-                            crate::metrics::handshake_preempted();
-                        } else {
+                    let now = Instant::now();
+                    if shared.connections.snapshot().current >= limit
+                        && !preempt_a_stalled_handshake(&shared, peer, now)
+                    {
                         tracing::warn!(%peer, limit, "refusing connection: limits.max_connections reached");
                         crate::metrics::connection_refused();
                         let refusal = memkv_proto::frame::encode_refusal(
@@ -50,7 +60,6 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::
                         );
                         tokio::spawn(async move { let _ = stream.write_all(&refusal).await; });
                         continue;
-                        }
                     }
                     if shared.config.network.tcp_congestion.is_none()
                         && crate::congestion::loopback_off_bbr(&stream, peer)
