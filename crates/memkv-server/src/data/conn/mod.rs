@@ -60,10 +60,16 @@ pub async fn serve(
 ) {
     let _ = stream.set_nodelay(true);
     let same_host = on_this_host(&stream, peer);
+    let mut draining = shutdown.clone();
     let handshake = tokio::select! {
         done = tokio::time::timeout(HANDSHAKE_TIMEOUT, super::handshake::accept(&shared, &mut stream)) => done,
         () = pending.preempted() => {
             tracing::info!(%peer, "closed during its handshake: a new connection took its place at limits.max_connections");
+            return;
+        }
+        // Nothing is in flight yet: a drain does not wait out the handshake's deadline.
+        () = crate::server::stopped(&mut draining) => {
+            tracing::debug!(%peer, "closed during its handshake: the server is draining");
             return;
         }
     };
