@@ -194,6 +194,61 @@ async fn a_server_refusing_rdma_sends_auto_to_tcp_and_strict_to_an_error() {
     server.shutdown().await.unwrap();
 }
 
+/// One server refusing RDMA sends only its own values over TCP, for a while: the other
+/// server's stay on RDMA (the first failure used to switch the whole client to TCP for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_refusing_rdma_leaves_the_others_on_rdma() {
+    let Some((server_dev, rail)) =
+        rxe_or_skip("one_server_refusing_rdma_leaves_the_others_on_rdma")
+    else {
+        return;
+    };
+    // Shared memory is off, or an auto client on this host would use it and never try RDMA;
+    // P_Key index 1 keeps the second server on TCP (rxe's table has one entry).
+    let start = |pkey: &str| {
+        let mut config = common::server_config(
+            "127.0.0.1:0",
+            &format!("rdma:\n  device: {server_dev}\n{pkey}"),
+        );
+        config.network.shared_memory = false;
+        memkv_server::Server::start(config)
+    };
+    let good = start("").await.expect("server starts");
+    let refusing = start("  pkey_index: 1\n").await.expect("server starts");
+    let mut config = common::client_config(&[&good, &refusing]);
+    config.transport = Transport::Auto;
+    config.rdma_devices = vec![rail.clone()];
+    config.timeout = Duration::from_secs(20);
+    let auto = Client::connect(config).await.unwrap();
+    let values: Vec<(String, Vec<u8>)> = (0..32u8)
+        .map(|i| (format!("spread/{i}"), pattern(100_000, i)))
+        .collect();
+    for (key, value) in &values {
+        auto.put(key.as_bytes(), value).await.expect("auto put");
+    }
+    for (key, value) in &values {
+        assert!(
+            auto.get(key.as_bytes()).await.unwrap().as_ref() == Some(value),
+            "{key}"
+        );
+    }
+    let reason = auto
+        .rdma_fallback_reason()
+        .expect("the refusing server's values go over TCP");
+    assert!(
+        reason.contains(&refusing.data_addr().to_string())
+            && !reason.contains(&good.data_addr().to_string()),
+        "{reason}"
+    );
+    assert_eq!(
+        auto.transport(),
+        "rdma",
+        "the other server stays on RDMA: {reason}"
+    );
+    good.shutdown().await.unwrap();
+    refusing.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_rail_failing_its_checks_is_dropped_with_its_reason() {
     let Some((server_dev, rail)) =

@@ -5,9 +5,9 @@
 //! connection). Transfers spread over the rails ([`super::plan`]); a failing rail is dropped
 //! for that server while the others carry on ([`super::rails`]).
 //!
-//! `transport: auto` sends values over TCP for 30 s after an RDMA failure ([`super::fallback`]),
-//! logged at WARN with the reason, then tries RDMA again; `transport: rdma` hands every failure
-//! to the caller.
+//! `transport: auto` sends a server's values over TCP for 30 s after an RDMA failure with it
+//! ([`super::fallback`]), logged at WARN with the reason, then tries RDMA again; the other
+//! servers stay on RDMA. `transport: rdma` hands every failure to the caller.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -72,8 +72,11 @@ pub(crate) struct RdmaPath {
     slots: Vec<Vec<RailSlot>>,
     /// Rotates the rail that small transfers and registered buffers start on.
     next_rail: AtomicUsize,
-    /// Under `auto`: whether values go over TCP for now, after an RDMA failure.
-    fallback: Fallback,
+    /// Under `auto`, per server (as listed): whether its values go over TCP for now, after an
+    /// RDMA failure with it.
+    fallbacks: Vec<Fallback>,
+    /// The servers as listed, which name them in errors.
+    servers: Vec<String>,
     /// DC access key for servers that answer Connect with their DC target.
     dc_key: u64,
     /// Queue pair settings: work requests share the client's operation deadline.
@@ -173,28 +176,49 @@ impl RdmaPath {
             rails,
             slots,
             next_rail: AtomicUsize::new(0),
-            fallback: Fallback::new(Instant::now()),
+            fallbacks: config
+                .servers
+                .iter()
+                .map(|_| Fallback::new(Instant::now()))
+                .collect(),
+            servers: config.servers.clone(),
             dc_key: config.auth_key.dc_access_key(),
             qp_options,
             _fabric: fabric,
         }))
     }
 
-    /// Whether operations should try RDMA now.
+    /// Whether operations should try RDMA now: with at least one server (those whose values
+    /// go over TCP for now refuse in [`Self::sessions`], and their items go over TCP).
     pub fn active(&self) -> bool {
-        self.fallback.rdma_at(Instant::now())
+        let now = Instant::now();
+        self.fallbacks.iter().any(|f| f.rdma_at(now))
     }
 
     /// Records an RDMA failure. `true`: the caller retries over TCP (`auto`, which then sends
-    /// values over TCP for [`RETRY_AFTER`] before it tries RDMA again); `false`: the caller
-    /// returns the error.
+    /// that server's values over TCP for [`RETRY_AFTER`] before it tries RDMA again); `false`:
+    /// the caller returns the error.
     pub fn failed(&self, err: &Error) -> bool {
         if self.strict {
             return false;
         }
-        if self.fallback.failed(Instant::now(), err.to_string()) {
+        let server = match err {
+            Error::Rdma { server, .. } => self.servers.iter().position(|s| s == server),
+            _ => None,
+        };
+        let now = Instant::now();
+        // An error that names no listed server (none should) pauses them all.
+        let hit: Vec<&Fallback> = match server {
+            Some(index) => vec![&self.fallbacks[index]],
+            None => self.fallbacks.iter().collect(),
+        };
+        let mut switched = false;
+        for f in hit {
+            switched |= f.failed(now, err.to_string());
+        }
+        if switched {
             tracing::warn!(
-                "RDMA failed ({err}); values go over TCP for {RETRY_AFTER:?}, then RDMA is tried again"
+                "RDMA failed ({err}); that server's values go over TCP for {RETRY_AFTER:?}, then RDMA is tried again"
             );
         }
         true
@@ -207,10 +231,16 @@ impl RdmaPath {
         !self.strict && err.is_busy()
     }
 
-    /// Why an `auto` client sends values over TCP for now, after an RDMA failure; `None`
-    /// while RDMA is in use.
+    /// Why an `auto` client sends values over TCP for now, after RDMA failures (one reason per
+    /// server affected); `None` while RDMA is in use with every server.
     pub fn fallback_reason(&self) -> Option<String> {
-        self.fallback.reason_at(Instant::now())
+        let now = Instant::now();
+        let reasons: Vec<String> = self
+            .fallbacks
+            .iter()
+            .filter_map(|f| f.reason_at(now))
+            .collect();
+        (!reasons.is_empty()).then(|| reasons.join("; "))
     }
 
     /// The rail `session` uses.
@@ -337,6 +367,13 @@ impl RdmaPath {
     /// rail that cannot connect is dropped for the server; with none left, the first error.
     pub async fn sessions(&self, index: usize, pool: &ServerPool) -> Result<Vec<Arc<Session>>> {
         let now = Instant::now();
+        if let Some(reason) = self.fallbacks[index].reason_at(now) {
+            // Its values go over TCP for now (`auto` only: under `rdma` nothing falls back).
+            return Err(rdma_err(
+                pool.server(),
+                format!("on TCP for now, after an RDMA failure ({reason})"),
+            ));
+        }
         let live: Vec<bool> = self.slots[index]
             .iter()
             .map(|s| s.health.lock().unwrap_or_else(|p| p.into_inner()).live(now))

@@ -120,13 +120,14 @@ impl Client {
         found.map(|len| len.is_some())
     }
 
-    /// `"rdma"` while RDMA carries values, else `"tcp"`.
+    /// `"rdma"` while RDMA carries values (to at least one server), else `"tcp"`.
     pub fn transport(&self) -> &'static str {
         if self.rdma().is_some() { "rdma" } else { "tcp" }
     }
 
-    /// Why values move over TCP: `transport tcp`, no usable RDMA rail at start-up, or the
-    /// first RDMA failure of an `auto` client. `None` while RDMA carries values.
+    /// Why values move over TCP: `transport tcp`, no usable RDMA rail at start-up, or, for
+    /// 30 s after it, an `auto` client's RDMA failure with a server (one reason per server
+    /// affected). `None` while RDMA carries every server's values.
     pub fn rdma_fallback_reason(&self) -> Option<String> {
         match &self.inner.rdma {
             Some(path) => path.fallback_reason(),
