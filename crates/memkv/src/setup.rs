@@ -14,13 +14,13 @@ use std::path::{Path, PathBuf};
 use memkv_config::ByteSize;
 use memkv_server::config::ServerConfig;
 use memkv_store::{
-    DriveConfig, DriveContents, Store, StoreConfig, StoreMode, check_format, inspect_drive,
+    DEFAULT_DRIVE_SIZE, DriveConfig, DriveContents, Store, StoreConfig, StoreMode, check_format,
+    inspect_drive,
 };
 
 use crate::exit::{self, Exit};
 
-/// Bytes zeroed at the start of a drive that `--force` takes over: the memkv superblock and
-/// the signatures of every filesystem `inspect_drive` knows (btrfs's is the farthest, at 64 KiB).
+/// Bytes zeroed at each place where a drive that `--force` takes over keeps signatures (`wipe`).
 const WIPE: usize = 1 << 20;
 
 #[derive(Debug, clap::Args)]
@@ -92,27 +92,39 @@ pub fn run(args: SetupArgs) -> Result<(), Exit> {
     let keep_store = args.idempotent && set_up;
     refuse_config_change(&args, &config_text)?;
     if !keep_store {
-        // An empty regular file is sized by the store when it formats; the others are checked.
+        // An empty regular file is sized by the store when it formats.
         let sized: Vec<(PathBuf, u64)> = args
             .drives
             .iter()
             .cloned()
             .zip(lens)
-            .filter(|(_, len)| *len > 0)
+            .map(|(d, len)| (d, if len == 0 { DEFAULT_DRIVE_SIZE } else { len }))
             .collect();
         check_format(&sized, block_size).map_err(|e| fail(e.to_string()))?;
         for (drive, contents) in args.drives.iter().zip(&found) {
+            if let Some(what) = occupied(contents)
+                && !args.force
+            {
+                return Err(fail(format!(
+                    "refusing {}: it holds {what}; --force overwrites it",
+                    drive.display()
+                )));
+            }
+        }
+        // Every drive opened for writing, and a device exclusively, before any is wiped: one
+        // that cannot be (read-only, in use) must not be found after another was overwritten.
+        let opened: Vec<std::fs::File> = args
+            .drives
+            .iter()
+            .map(|d| open_to_write(d).map_err(fail))
+            .collect::<Result<_, _>>()?;
+        for ((drive, contents), file) in args.drives.iter().zip(&found).zip(&opened) {
             if let Some(what) = occupied(contents) {
-                if !args.force {
-                    return Err(fail(format!(
-                        "refusing {}: it holds {what}; --force overwrites it",
-                        drive.display()
-                    )));
-                }
-                wipe(drive).map_err(|e| fail(format!("{}: wiping: {e}", drive.display())))?;
+                wipe(file).map_err(|e| fail(format!("{}: wiping: {e}", drive.display())))?;
                 eprintln!("memkv setup: {}: overwrote {what}", drive.display());
             }
         }
+        drop(opened);
         format(&args.drives, block_size).map_err(fail)?;
     }
     write_config(&args, &config_text)?;
@@ -257,16 +269,70 @@ fn already_one_store(found: &[DriveContents], block_size: u64) -> bool {
     })
 }
 
-fn wipe(drive: &Path) -> std::io::Result<()> {
-    let file = OpenOptions::new().write(true).open(drive)?;
-    let len = file.metadata()?.len();
-    // A block device reports length 0 here; it is always larger than the wipe.
-    let n = if len == 0 {
-        WIPE
-    } else {
-        WIPE.min(len as usize)
-    };
-    file.write_all_at(&vec![0u8; n], 0)?;
+/// `drive` opened for writing: a block device exclusively (O_EXCL), which the kernel refuses
+/// while it is mounted, holds a mounted partition, or another program holds it (an md array,
+/// LVM, a running memkv server's `setup` run), so nothing in use is formatted, `--force` or
+/// not. A regular file or a device that is neither is refused here too, before anything is
+/// written.
+fn open_to_write(drive: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let meta = std::fs::metadata(drive).map_err(|e| format!("{}: {e}", drive.display()))?;
+    let kind = meta.file_type();
+    let mut options = OpenOptions::new();
+    options.write(true);
+    if kind.is_block_device() {
+        // The kernel opens a read-only device for writing, and fails the writes.
+        let (major, minor) = dev_numbers(meta.rdev());
+        let ro = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/ro"));
+        if ro.is_ok_and(|ro| ro.trim() == "1") {
+            return Err(format!(
+                "refusing {}: the device is read-only",
+                drive.display()
+            ));
+        }
+        options.custom_flags(libc::O_EXCL);
+    } else if !kind.is_file() {
+        return Err(format!(
+            "refusing {}: neither a block device nor a regular file",
+            drive.display()
+        ));
+    }
+    options.open(drive).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EBUSY) {
+            format!(
+                "refusing {}: it is in use (mounted, a partition of it mounted, or held by                  another program such as md or LVM); --force does not override this",
+                drive.display()
+            )
+        } else {
+            format!("{}: cannot open it for writing: {e}", drive.display())
+        }
+    })
+}
+
+/// A device number's major and minor numbers (glibc's encoding, as the kernel hands it out).
+fn dev_numbers(dev: u64) -> (u64, u64) {
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    (major, minor)
+}
+
+/// Zeroes where signatures live, so no tool (blkid, mdadm's assembly, a partitioner) finds
+/// what the drive held: the first MiB (memkv's superblock, filesystems, LVM, md 1.1/1.2, the
+/// primary GPT), the MiB at 64 MiB (btrfs's first mirror superblock) and the last MiB (the
+/// backup GPT, md 0.90/1.0 superblocks).
+fn wipe(file: &std::fs::File) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = file;
+    let len = f.seek(SeekFrom::End(0))?;
+    let wipe = WIPE as u64;
+    let zeros = vec![0u8; WIPE];
+    for at in [0, 64 << 20, len.saturating_sub(wipe)] {
+        let n = wipe.min(len.saturating_sub(at));
+        if n > 0 {
+            file.write_all_at(&zeros[..n as usize], at)?;
+        }
+    }
     file.sync_all()
 }
 

@@ -28,13 +28,47 @@ pub enum DriveContents {
     Foreign(String),
 }
 
-/// Reads the start of the drive at `path` (a block device or a file) and says what it holds.
+/// Reads the start and the end of the drive at `path` (a block device or a file) and says
+/// what it holds.
 pub fn inspect_drive(path: &Path) -> std::io::Result<DriveContents> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = File::open(path)?;
+    let len = file.seek(SeekFrom::End(0))?;
+    file.seek(SeekFrom::Start(0))?;
     let mut head = Vec::with_capacity(INSPECTED);
-    File::open(path)?
-        .take(INSPECTED as u64)
-        .read_to_end(&mut head)?;
-    Ok(classify(&head))
+    (&mut file).take(INSPECTED as u64).read_to_end(&mut head)?;
+    let contents = classify(&head);
+    if contents != DriveContents::Blank {
+        return Ok(contents);
+    }
+    // A blank start may still be in use: md keeps 0.90 and 1.0 superblocks at the end, and
+    // a RAID member's start holds a stripe of the array, which may be zeros.
+    let tail_start = len.saturating_sub(INSPECTED as u64).max(INSPECTED as u64);
+    if tail_start >= len {
+        return Ok(contents);
+    }
+    let mut tail = Vec::with_capacity(INSPECTED);
+    file.seek(SeekFrom::Start(tail_start))?;
+    file.take(INSPECTED as u64).read_to_end(&mut tail)?;
+    Ok(match tail_signature(len, tail_start, &tail) {
+        Some(name) => DriveContents::Foreign(name.to_owned()),
+        None => contents,
+    })
+}
+
+/// md RAID superblocks kept near the end of a member of `len` bytes (`tail` is read from
+/// `tail_start`): 0.90's 64 KiB before the last 64 KiB boundary, 1.0's 8 KiB before the end
+/// (4 KiB aligned).
+fn tail_signature(len: u64, tail_start: u64, tail: &[u8]) -> Option<&'static str> {
+    const MD_MAGIC: [u8; 4] = [0xfc, 0x4e, 0x2b, 0xa9];
+    let md_090 = (len & !0xffff).checked_sub(0x10000);
+    let md_10 = len.checked_sub(8192).map(|at| at & !0xfff);
+    [md_090, md_10]
+        .into_iter()
+        .flatten()
+        .filter_map(|at| at.checked_sub(tail_start))
+        .any(|at| tail.get(at as usize..at as usize + 4) == Some(&MD_MAGIC[..]))
+        .then_some("a Linux md RAID member (superblock at the end)")
 }
 
 fn classify(head: &[u8]) -> DriveContents {
@@ -72,6 +106,8 @@ const SIGNATURES: &[(usize, &[u8], &str)] = &[
     (4086, b"SWAP-SPACE", "a swap area"),
     (0, b"LUKS\xba\xbe", "a LUKS encrypted volume"),
     (512, b"EFI PART", "a GPT partition table"),
+    // With 4 KiB logical sectors.
+    (4096, b"EFI PART", "a GPT partition table"),
     (0, b"\x7fELF", "an ELF file"),
     (4096, &[0xfc, 0x4e, 0x2b, 0xa9], "a Linux md RAID member"),
     (0, &[0xfc, 0x4e, 0x2b, 0xa9], "a Linux md RAID member"),
@@ -128,5 +164,19 @@ mod tests {
             classify(&with(0, MAGIC)),
             DriveContents::UnreadableMemkv(_)
         ));
+    }
+
+    #[test]
+    fn finds_md_superblocks_at_the_end() {
+        let len: u64 = 64 << 20;
+        let tail_start = len - INSPECTED as u64;
+        for at in [len - 0x10000 - 0x10000, (len - 8192) & !0xfff] {
+            let tail = with((at - tail_start) as usize, &[0xfc, 0x4e, 0x2b, 0xa9]);
+            assert!(
+                tail_signature(len, tail_start, &tail).is_some(),
+                "md at {at}"
+            );
+        }
+        assert_eq!(tail_signature(len, tail_start, &vec![0; INSPECTED]), None);
     }
 }
