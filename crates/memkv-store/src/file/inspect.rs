@@ -170,7 +170,7 @@ mod tests {
     fn finds_md_superblocks_at_the_end() {
         let len: u64 = 64 << 20;
         let tail_start = len - INSPECTED as u64;
-        for at in [len - 0x10000 - 0x10000, (len - 8192) & !0xfff] {
+        for at in [(len & !0xffff) - 0x10000, (len - 8192) & !0xfff] {
             let tail = with((at - tail_start) as usize, &[0xfc, 0x4e, 0x2b, 0xa9]);
             assert!(
                 tail_signature(len, tail_start, &tail).is_some(),
