@@ -54,14 +54,7 @@ fn run(drives: &[&Path], dir: &Path, extra: &[&str]) -> Output {
 /// Exit 1, the message names `names` as what the drive holds, and `drive` was not formatted.
 fn assert_refused(o: &Output, drive: &Path, names: &str, case: &str) {
     let t = text(o);
-    let formatted = memkv_superblock(drive);
-    assert!(
-        o.status.code() == Some(1) && !formatted,
-        "{case}: {} was {} (exit {:?}); setup said: {t}",
-        drive.display(),
-        if formatted { "FORMATTED" } else { "kept" },
-        o.status.code()
-    );
+    assert_not_formatted(o, drive, case);
     // What it found, not the drive's path (which may contain the same word).
     let found = t.split_once("it holds ").map_or(t.as_str(), |(_, f)| f);
     assert!(
@@ -484,6 +477,26 @@ fn force_refuses_a_mounted_filesystem() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The run failed (exit 1) and left no memkv superblock on `drive`.
+fn assert_not_formatted(o: &Output, drive: &Path, case: &str) {
+    let formatted = memkv_superblock(drive);
+    assert!(
+        o.status.code() == Some(1) && !formatted,
+        "{case}: {} was {} (exit {:?}); setup said: {}",
+        drive.display(),
+        if formatted { "FORMATTED" } else { "kept" },
+        o.status.code(),
+        text(o)
+    );
+}
+
+/// A 64 MiB disk image in `dir` with one Linux partition, from 1 MiB to the end.
+fn one_partition_image(dir: &Path) -> PathBuf {
+    let file = drive(dir, "img");
+    write_mbr(&file, 0x83, 2048, (64 << 11) - 2048);
+    file
+}
+
 /// A disk whose partition is mounted: refused without `--force` (its partition table);
 /// with `--force` too, since the disk cannot be opened exclusively (setup zeroed the table and
 /// wrote its journal over the mounted partition).
@@ -491,9 +504,7 @@ fn force_refuses_a_mounted_filesystem() {
 fn a_disk_with_a_mounted_partition() {
     let _g = block_lock();
     let dir = scratch("setup-mounted-part");
-    let file = drive(&dir, "img");
-    // One partition from 1 MiB to the end.
-    write_mbr(&file, 0x83, 2048, (64 << 11) - 2048);
+    let file = one_partition_image(&dir);
     let Some(mut lo) = Loop::new(&file, &["--partscan"]) else {
         return;
     };
@@ -557,16 +568,9 @@ fn refuses_a_device_held_open_exclusively() {
         .open(&lo.dev);
     assert_eq!(second.err().and_then(|e| e.raw_os_error()), Some(16));
     let o = run(&[&lo.dev], &dir, &[]);
-    let formatted = memkv_superblock(&lo.dev);
+    assert_not_formatted(&o, &lo.dev, "a device held open O_EXCL by another process");
     drop(holder);
     drop(lo);
-    assert!(
-        o.status.code() == Some(1) && !formatted,
-        "a device held open O_EXCL by another process was {} (exit {:?}): {}",
-        if formatted { "FORMATTED" } else { "kept" },
-        o.status.code(),
-        text(&o)
-    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -577,8 +581,7 @@ fn refuses_a_device_held_open_exclusively() {
 fn force_refuses_a_disk_with_its_own_partition() {
     let _g = block_lock();
     let dir = scratch("setup-disk-part");
-    let file = drive(&dir, "img");
-    write_mbr(&file, 0x83, 2048, (64 << 11) - 2048);
+    let file = one_partition_image(&dir);
     let Some(mut lo) = Loop::new(&file, &["--partscan"]) else {
         return;
     };
