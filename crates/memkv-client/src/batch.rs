@@ -11,6 +11,7 @@ use crate::plan::{
     BATCH_PREFIX, Chunk, GET_ITEM_ANSWER_HEADER, KEY_ITEM_HEADER, PUT_ITEM_HEADER, Planned,
     SINGLE_VALUE_MIN,
 };
+use crate::superseded::Superseded;
 use crate::{Client, Error, Result};
 use futures::future::join_all;
 
@@ -65,8 +66,31 @@ impl Client {
         self.chunks(&planned)
     }
 
-    /// Stores every `(key, value)`; one result per item, in order.
+    /// Stores every `(key, value)`; one result per item, in order. A key named twice keeps its
+    /// later value, as puts made one after another would: the earlier item is not sent and
+    /// shares the later one's result.
     pub async fn put_batch<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        items: &[(K, V)],
+    ) -> Vec<Result<()>> {
+        let keys = items.iter().map(|(k, v)| {
+            let (k, v) = (k.as_ref(), v.as_ref());
+            (self.check_key(k).is_ok() && self.check_value(v).is_ok()).then_some(k)
+        });
+        match Superseded::find(keys) {
+            None => self.put_batch_distinct(items).await,
+            Some(s) => {
+                let kept: Vec<(&[u8], &[u8])> = s
+                    .kept()
+                    .map(|i| (items[i].0.as_ref(), items[i].1.as_ref()))
+                    .collect();
+                s.spread(self.put_batch_distinct(&kept).await)
+            }
+        }
+    }
+
+    /// [`Client::put_batch`] of items whose valid keys are all different.
+    pub(crate) async fn put_batch_distinct<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         &self,
         items: &[(K, V)],
     ) -> Vec<Result<()>> {

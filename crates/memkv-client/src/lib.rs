@@ -35,6 +35,7 @@ mod ops;
 mod plan;
 mod pool;
 mod rdma;
+mod superseded;
 
 pub use blocking::BlockingClient;
 pub use client::Client;

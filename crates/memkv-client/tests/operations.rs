@@ -292,3 +292,45 @@ async fn owned_destinations_receive_values_in_place_small_and_large() {
         s.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_batch_naming_a_key_twice_stores_the_later_value() {
+    let servers = [start("").await, start("").await];
+    let c = client(&[&servers[0], &servers[1]]).await;
+    // A large value travels alone, beside the frames of small ones, so without care the
+    // earlier, larger item of a key lands last.
+    let big = pattern(1 << 20, 7);
+    let mut items: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for i in 0..8 {
+        items.push((format!("twice/{i}").into_bytes(), big.clone()));
+        items.push((format!("once/{i}").into_bytes(), pattern(100, i)));
+    }
+    for i in 0..8 {
+        items.push((
+            format!("twice/{i}").into_bytes(),
+            format!("later {i}").into_bytes(),
+        ));
+    }
+    items.push((b"grows".to_vec(), b"small first".to_vec()));
+    items.push((b"grows".to_vec(), big.clone()));
+    let results = c.put_batch(&items).await;
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    for i in 0..8u64 {
+        let later = c
+            .get(format!("twice/{i}").as_bytes())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            later == format!("later {i}").as_bytes(),
+            "twice/{i} holds {} bytes, not its later value",
+            later.len()
+        );
+        let once = c.get(format!("once/{i}").as_bytes()).await.unwrap();
+        assert_eq!(once, Some(pattern(100, i)));
+    }
+    assert!(c.get(b"grows").await.unwrap() == Some(big));
+    for s in servers {
+        s.shutdown().await.unwrap();
+    }
+}

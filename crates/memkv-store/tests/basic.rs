@@ -531,3 +531,35 @@ fn a_commit_after_close_is_refused() {
         s.exists(b"late2")
     );
 }
+
+#[test]
+fn a_batch_naming_one_key_twice_keeps_the_later_value_even_after_a_reopen() {
+    let dir = TempDir::new("twice");
+    let direct_dir = TempDir::on_disk(&format!("{}-direct", line!()));
+    let first = vec![1u8; 300_000];
+    let second = vec![2u8; 200_000];
+    for (mode, store) in every_mode(&dir, &direct_dir) {
+        let results = store.put_batch_checked(&[
+            (b"k", &first, checksum(&first)),
+            (b"other", b"x", checksum(b"x")),
+            (b"k", &second, checksum(&second)),
+        ]);
+        assert!(results.iter().all(|r| r.is_ok()), "{mode}: {results:?}");
+        assert!(*store.get(b"k").unwrap().unwrap() == second[..], "{mode}");
+        let plain = store.put_batch(&[(b"p", b"one"), (b"p", b"two")]);
+        assert!(plain.iter().all(|r| r.is_ok()), "{mode}: {plain:?}");
+        assert_eq!(&*store.get(b"p").unwrap().unwrap(), b"two", "{mode}");
+        store.close().unwrap();
+    }
+    for (mode, cfg) in [
+        ("file", file_config(&dir, 2, 64 << 20, 1 << 20)),
+        ("direct", direct_config(&direct_dir, 2, 64 << 20, 1 << 20)),
+    ] {
+        let store = Store::open(cfg).unwrap();
+        assert!(
+            *store.get(b"k").unwrap().unwrap() == second[..],
+            "{mode}: the earlier item came back after a reopen"
+        );
+        assert_eq!(&*store.get(b"p").unwrap().unwrap(), b"two", "{mode}");
+    }
+}

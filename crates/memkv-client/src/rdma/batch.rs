@@ -11,6 +11,7 @@ use super::path::RdmaPath;
 use super::plan::disjoint_mut;
 use super::values::Dest;
 use crate::plan::{Chunk, PUT_ITEM_HEADER, Planned};
+use crate::superseded::Superseded;
 use crate::{Client, Error, Result};
 use futures::future::join_all;
 
@@ -62,8 +63,34 @@ impl Client {
 
     /// Stores each `(key, range)` with the value `buf[range]`, moved straight from `buf` by
     /// RDMA WRITE (no copy) to servers its rail reaches; one result per item, in order.
-    /// Without RDMA (or after `auto` fell back) the values go over TCP.
+    /// Without RDMA (or after `auto` fell back) the values go over TCP. A key named twice
+    /// keeps its later value, as in [`Client::put_batch`].
     pub async fn put_batch_from<K: AsRef<[u8]>>(
+        &self,
+        buf: &RdmaBuffer,
+        items: &[(K, Range<usize>)],
+    ) -> Vec<Result<()>> {
+        let keys = items.iter().map(|(key, range)| {
+            let key = key.as_ref();
+            let valid = in_buffer(range, buf.len()).is_ok()
+                && self.check_key(key).is_ok()
+                && self.check_value(&buf.as_slice()[range.clone()]).is_ok();
+            valid.then_some(key)
+        });
+        match Superseded::find(keys) {
+            None => self.put_batch_from_distinct(buf, items).await,
+            Some(s) => {
+                let kept: Vec<(&[u8], Range<usize>)> = s
+                    .kept()
+                    .map(|i| (items[i].0.as_ref(), items[i].1.clone()))
+                    .collect();
+                s.spread(self.put_batch_from_distinct(buf, &kept).await)
+            }
+        }
+    }
+
+    /// [`Client::put_batch_from`] of items whose valid keys are all different.
+    async fn put_batch_from_distinct<K: AsRef<[u8]>>(
         &self,
         buf: &RdmaBuffer,
         items: &[(K, Range<usize>)],
@@ -115,7 +142,7 @@ impl Client {
                     (key.as_ref(), &buf.as_slice()[range.clone()])
                 })
                 .collect();
-            let results = self.put_batch(&pairs).await;
+            let results = self.put_batch_distinct(&pairs).await;
             for (p, r) in planned.iter().zip(results) {
                 out[p.index] = Some(r);
             }
