@@ -3,6 +3,8 @@
 //! ([`super::mover`]), then N Commits (or Aborts for values that did not move); gets are N Lookups,
 //! one transfer, a checksum check per value and N Releases. Every value gets its own result.
 
+use std::task::Poll;
+
 use memkv_proto::messages::LookupResponse;
 
 use super::buffer::{RdmaBuffer, verify};
@@ -70,23 +72,33 @@ impl Client {
                     e
                 })
                 .collect();
-            let mut moved = rdma
-                .write_values(index, &server, &sessions, &remotes, values, direct)
-                .await;
+            // The writes are posted first and the values hashed while their bytes move: a NIC
+            // then overlaps the two, where hashing first or last would add the hash's time to
+            // every put's (about 160 us a MiB from memory).
+            let write = rdma.write_values(index, &server, &sessions, &remotes, values, direct);
+            tokio::pin!(write);
+            let posted = futures::poll!(&mut write);
+            let sums: Vec<u64> = values
+                .iter()
+                .map(|v| memkv_proto::checksum::of(v))
+                .collect();
+            let mut moved = match posted {
+                Poll::Ready(moved) => moved,
+                Poll::Pending => write.await,
+            };
             for (m, e) in moved.iter_mut().zip(refused) {
                 if e.is_some() {
                     *m = e;
                 }
             }
-            let settled = join_all(allocs.into_iter().zip(&moved).zip(values).map(
-                |((alloc, failed), value)| async move {
+            let settled = join_all(allocs.into_iter().zip(&moved).zip(sums).map(
+                |((alloc, failed), sum)| async move {
                     let alloc = alloc?;
                     if failed.is_some() {
                         self.abort(index, alloc.reservation).await;
                         return Ok(());
                     }
-                    self.commit(index, alloc.reservation, memkv_proto::checksum::of(value))
-                        .await
+                    self.commit(index, alloc.reservation, sum).await
                 },
             ))
             .await;
