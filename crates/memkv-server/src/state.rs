@@ -38,6 +38,7 @@ pub struct Shared {
     /// Data connections still in their handshake, oldest first.
     pub handshakes: Arc<crate::data::pending::PendingHandshakes>,
     pub clients: Arc<ClientRegistry>,
+    /// The store's counts already added to their counters (see [`counted_past`]).
     last_evictions: AtomicU64,
     last_checksum_failures: AtomicU64,
 }
@@ -101,15 +102,13 @@ impl Shared {
         if let Some(staging) = self.staging() {
             crate::metrics::record_staging(&staging.report());
         }
-        let before = self.last_evictions.swap(stats.evictions, Ordering::Relaxed);
-        if stats.evictions > before {
-            crate::metrics::record_evictions(stats.evictions - before);
+        let new = counted_past(&self.last_evictions, stats.evictions);
+        if new > 0 {
+            crate::metrics::record_evictions(new);
         }
-        let before = self
-            .last_checksum_failures
-            .swap(stats.checksum_failures, Ordering::Relaxed);
-        if stats.checksum_failures > before {
-            crate::metrics::record_checksum_failures(stats.checksum_failures - before);
+        let new = counted_past(&self.last_checksum_failures, stats.checksum_failures);
+        if new > 0 {
+            crate::metrics::record_checksum_failures(new);
         }
     }
 }
@@ -262,6 +261,15 @@ impl StatusSource for Shared {
     }
 }
 
+/// How far the store's cumulative `count` is past the highest count already turned into
+/// counter increments (`counted`), which it then becomes. Callers run concurrently, each with
+/// its own snapshot of the store: a `swap` would let an older snapshot lower `counted`, and
+/// the next caller would count the same events again. The maximum only rises, so each event
+/// is counted once whatever order the snapshots arrive in.
+fn counted_past(counted: &AtomicU64, count: u64) -> u64 {
+    count.saturating_sub(counted.fetch_max(count, Ordering::Relaxed))
+}
+
 /// How `/v1/status` names a drive's state.
 fn drive_state(d: &DeviceStats) -> &'static str {
     if d.online {
@@ -270,5 +278,20 @@ fn drive_state(d: &DeviceStats) -> &'static str {
         "removed"
     } else {
         "failed"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_snapshot_arriving_late_counts_nothing_twice() {
+        let counted = AtomicU64::new(0);
+        assert_eq!(counted_past(&counted, 10), 10);
+        // A caller that read the store before the one above finishes after it.
+        assert_eq!(counted_past(&counted, 7), 0);
+        assert_eq!(counted_past(&counted, 12), 2);
+        assert_eq!(counted.load(Ordering::Relaxed), 12);
     }
 }
