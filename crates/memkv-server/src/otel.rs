@@ -125,6 +125,7 @@ pub struct Exporting {
 
 /// Builds the OTLP pipeline towards `endpoint`; [`FanOut::new`] then feeds it.
 pub fn exporting(endpoint: &str) -> Result<Exporting, String> {
+    plain_http(endpoint)?;
     let url = metrics_url(endpoint);
     let exporter = opentelemetry_otlp::MetricExporter::builder()
         .with_http()
@@ -151,6 +152,35 @@ pub fn exporting(endpoint: &str) -> Result<Exporting, String> {
             instruments: Mutex::default(),
         }),
     })
+}
+
+/// Refuses an endpoint the exporter cannot reach: its HTTP client is built without TLS (a
+/// smaller build, and collectors run on the node or as a sidecar), so an `https://` URL would
+/// be taken, and every export would then fail.
+fn plain_http(endpoint: &str) -> Result<(), String> {
+    let expected =
+        "expected the collector's plain http:// base URL, e.g. http://otel-collector:4318";
+    let Some((scheme, rest)) = endpoint.trim().split_once("://") else {
+        return Err(format!(
+            "{ENDPOINT_ENV}={endpoint} is not a URL: {expected}"
+        ));
+    };
+    if scheme.eq_ignore_ascii_case("https") {
+        return Err(format!(
+            "{ENDPOINT_ENV}={endpoint}: https is not supported (the OTLP exporter is built without TLS); {expected}, on the node or a sidecar"
+        ));
+    }
+    if !scheme.eq_ignore_ascii_case("http") {
+        return Err(format!(
+            "{ENDPOINT_ENV}={endpoint}: scheme {scheme:?} is not supported; {expected}"
+        ));
+    }
+    if rest.is_empty() || rest.starts_with(['/', ':']) {
+        return Err(format!(
+            "{ENDPOINT_ENV}={endpoint} names no host: {expected}"
+        ));
+    }
+    Ok(())
 }
 
 /// Exports what has been recorded since the last export, then stops the exporter. Call once
@@ -459,6 +489,27 @@ impl HistogramFn for OtelHistogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plain_http_endpoints_with_a_host_are_taken() {
+        for ok in [
+            "http://collector:4318",
+            "HTTP://10.0.0.1:4318/otlp",
+            " http://c:1/ ",
+        ] {
+            assert_eq!(plain_http(ok), Ok(()), "{ok}");
+        }
+        for (bad, says) in [
+            ("https://collector:4318", "https is not supported"),
+            ("ftp://collector:4318", "scheme \"ftp\""),
+            ("collector:4318", "is not a URL"),
+            ("http://:4318", "names no host"),
+            ("http://", "names no host"),
+        ] {
+            let e = plain_http(bad).unwrap_err();
+            assert!(e.contains(says) && e.contains(ENDPOINT_ENV), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn the_metrics_path_is_appended_once() {
