@@ -18,6 +18,10 @@
 //! value bytes as attributes; its real start and end), to the collector's `/v1/traces`.
 //! Sampled: 1% of operations unless `OTEL_TRACES_SAMPLER` (and `_ARG`) choose otherwise;
 //! batched by the SDK (`OTEL_BSP_*`).
+//!
+//! Failed exports are logged (`reporting.rs`), naming the URL.
+
+mod reporting;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -103,6 +107,8 @@ fn tracing_pipeline(endpoint: &str, resource: opentelemetry_sdk::Resource) -> Re
         .with_endpoint(url.clone())
         .build()
         .map_err(|e| format!("{ENDPOINT_ENV}={endpoint}: {e}"))?;
+    let exporter =
+        reporting::ReportedSpans::new(exporter, url.clone(), reporting::metric_export_interval());
     let mut builder = opentelemetry_sdk::trace::SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_resource(resource);
@@ -133,6 +139,7 @@ pub fn exporting(endpoint: &str) -> Result<Exporting, String> {
         .with_endpoint(url.clone())
         .build()
         .map_err(|e| format!("{ENDPOINT_ENV}={endpoint}: {e}"))?;
+    let exporter = reporting::ReportedMetrics::new(exporter, url.clone());
     let resource = opentelemetry_sdk::Resource::builder()
         .with_service_name("memkv")
         .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
