@@ -98,8 +98,10 @@ pub enum AdminCommand {
         #[arg(long)]
         insecure: bool,
         /// Servers as host:port (data port; default: the client's server list).
+        // Not named `servers`: an argument of that name here would shadow the global
+        // --servers flag inside this subcommand (`admin status --servers a:1` was refused).
         #[arg(value_name = "SERVER")]
-        servers: Vec<String>,
+        targets: Vec<String>,
     },
 }
 
@@ -186,5 +188,25 @@ mod tests {
         assert_eq!(cli.global.servers.as_deref(), Some("a:1,b:2"));
         assert_eq!(cli.global.timeout_ms, Some(50));
         assert!(matches!(cli.command, Command::Get { .. }));
+    }
+
+    #[test]
+    fn admin_status_takes_servers_as_arguments_or_the_global_flag_anywhere() {
+        for args in [
+            &["memkv", "admin", "status", "--servers", "a:1"][..],
+            &["memkv", "--servers", "a:1", "admin", "status"],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            assert_eq!(cli.global.servers.as_deref(), Some("a:1"), "{args:?}");
+            let Command::Admin(AdminCommand::Status { targets, .. }) = cli.command else {
+                panic!("{args:?}");
+            };
+            assert!(targets.is_empty(), "{args:?}");
+        }
+        let cli = Cli::try_parse_from(["memkv", "admin", "status", "a:1", "b:2"]).unwrap();
+        let Command::Admin(AdminCommand::Status { targets, .. }) = cli.command else {
+            panic!("not admin status");
+        };
+        assert_eq!(targets, ["a:1", "b:2"]);
     }
 }

@@ -119,7 +119,7 @@ async fn client_command(global: &GlobalArgs, command: Command) -> Result<(), Exi
     let sources = ConfigSources::load(&flags)?;
     if let Command::Admin(AdminCommand::Status {
         json,
-        servers,
+        targets,
         https,
         tls_ca,
         insecure,
@@ -130,13 +130,13 @@ async fn client_command(global: &GlobalArgs, command: Command) -> Result<(), Exi
             ca: tls_ca,
             insecure,
         };
-        let servers = if servers.is_empty() {
+        let servers = if targets.is_empty() {
             sources.servers()?
         } else {
-            for server in &servers {
+            for server in &targets {
                 admin::admin_address(server).map_err(|e| Exit::with(exit::USAGE, e))?;
             }
-            servers
+            targets
         };
         return admin::status(servers, json, admin_deadline(&sources)?, &tls).await;
     }

@@ -362,6 +362,28 @@ fn admin_status_with_a_malformed_server_is_a_usage_error() {
     assert!(stderr(&o).contains("bogus"), "{}", stderr(&o));
 }
 
+/// `--servers` is global: it goes after `admin status` as well as before it (docs/cli.md),
+/// and the positional SERVER list still works.
+#[test]
+fn admin_status_takes_the_global_servers_flag_after_the_command() {
+    let unused = closed_address();
+    for args in [
+        &["admin", "status", "--servers", unused.as_str()][..],
+        &["--servers", unused.as_str(), "admin", "status"],
+        &["admin", "status", unused.as_str()],
+    ] {
+        let o = bare("admin-servers-flag")
+            .env("MEMKV_TIMEOUT_MS", "2000")
+            .args(args)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        // Nothing listens there: the table with that server in ERROR, and exit 5.
+        assert_eq!(o.status.code(), Some(5), "{args:?}: {out}{}", stderr(&o));
+        assert!(out.contains(&format!("{unused}  ERROR")), "{args:?}: {out}");
+    }
+}
+
 /// A bad flag is named as the flag the user typed, not as the environment variable it stands
 /// in for (which may not be set at all).
 #[test]
