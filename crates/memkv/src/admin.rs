@@ -10,18 +10,60 @@ use serde_json::{Value, json};
 use crate::exit::{self, Exit};
 use crate::http::{AdminClient, TlsOptions};
 
-/// The admin address of a data address: same host, port + 1.
+/// The admin address of a data address: same host, port + 1. A server that is not
+/// `host:port` is refused here, before any server is asked, rather than sent to a resolver
+/// that fails later with a less helpful error (`http://h:9900` would be asked as
+/// `http://http://h:9901`).
 pub fn admin_address(server: &str) -> Result<String, String> {
+    const EXPECTED: &str =
+        "expected HOST:PORT, the data address (e.g. 10.0.0.1:9900, memkv1:9900 or [fd00::1]:9900)";
+    let bad = |why: &str| format!("server {server:?} is not HOST:PORT: {why}; {EXPECTED}");
+    if let Some((scheme, _)) = server.split_once("://") {
+        return Err(bad(&format!("drop the \"{scheme}://\"")));
+    }
     let (host, port) = server
         .rsplit_once(':')
-        .ok_or_else(|| format!("server {server:?} is not host:port"))?;
-    let port: u16 = port
-        .parse()
-        .map_err(|_| format!("server {server:?} has no valid port"))?;
+        .ok_or_else(|| bad("there is no :PORT"))?;
+    check_host(host).map_err(|why| bad(&why))?;
+    let port: u16 = match port.parse() {
+        Ok(p) if port.bytes().all(|b| b.is_ascii_digit()) && p > 0 => p,
+        _ => {
+            return Err(bad(&format!(
+                "port {port:?} is not a number from 1 to 65534"
+            )));
+        }
+    };
     let admin = port
         .checked_add(1)
-        .ok_or_else(|| format!("server {server:?}: port {port} has no port + 1"))?;
+        .ok_or_else(|| bad(&format!("port {port} has no port + 1 for the admin API")))?;
     Ok(format!("{host}:{admin}"))
+}
+
+/// A host name, an IPv4 address or a bracketed IPv6 address; why not, otherwise.
+fn check_host(host: &str) -> Result<(), String> {
+    if host.is_empty() {
+        return Err("the host is empty".into());
+    }
+    if let Some(inner) = host.strip_prefix('[') {
+        return match inner
+            .strip_suffix(']')
+            .map(str::parse::<std::net::Ipv6Addr>)
+        {
+            Some(Ok(_)) => Ok(()),
+            _ => Err(format!("{host:?} is not a bracketed IPv6 address")),
+        };
+    }
+    if host.contains(':') {
+        return Err("an IPv6 address goes in brackets".into());
+    }
+    // Host names are letters, digits, '-' and '.' (and '_', which some resolvers allow).
+    match host
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')))
+    {
+        Some(c) => Err(format!("the host {host:?} holds {c:?}")),
+        None => Ok(()),
+    }
 }
 
 /// One server's answer.
@@ -243,8 +285,32 @@ mod tests {
     fn admin_is_data_port_plus_one() {
         assert_eq!(admin_address("10.0.0.1:9900").unwrap(), "10.0.0.1:9901");
         assert_eq!(admin_address("[::1]:9900").unwrap(), "[::1]:9901");
+        assert_eq!(
+            admin_address("memkv-1.rack_2:9900").unwrap(),
+            "memkv-1.rack_2:9901"
+        );
         assert!(admin_address("host").is_err());
         assert!(admin_address("host:65535").is_err());
+    }
+
+    #[test]
+    fn a_server_that_is_not_host_port_is_named_with_what_is_wrong() {
+        for (server, says) in [
+            ("http://10.0.0.1:9900", "drop the \"http://\""),
+            (":9900", "the host is empty"),
+            ("bad host:9900", "holds ' '"),
+            ("10.0.0.1:9900/v1", "is not a number"),
+            ("10.0.0.1:+9900", "is not a number"),
+            ("10.0.0.1:0", "is not a number"),
+            ("::1:9900", "in brackets"),
+            ("[::g]:9900", "bracketed IPv6"),
+        ] {
+            let e = admin_address(server).unwrap_err();
+            assert!(
+                e.contains(says) && e.contains(&format!("{server:?}")) && e.contains("HOST:PORT"),
+                "{server}: {e}"
+            );
+        }
     }
 
     #[test]

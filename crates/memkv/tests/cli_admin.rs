@@ -350,16 +350,36 @@ fn a_bad_memkv_timeout_ms_exits_alike_for_admin_status_and_client_commands() {
     assert_eq!(o_admin.status.code(), Some(1), "{}", stderr(&o_admin));
 }
 
-/// A malformed server argument is a usage error, found before anything is contacted (exit 2,
-/// as for `drive list --server bogus`), not an unreachable server.
+/// A server argument that is not `host:port` is a usage error that names it and what is
+/// expected, found before anything is contacted (exit 2, for `admin status` and `drive
+/// --server` alike), not an unreachable server (exit 5): a URL copied from a dashboard, an
+/// empty host, a host with a space or a path.
 #[test]
-fn admin_status_with_a_malformed_server_is_a_usage_error() {
-    let o = bare("admin-bogus")
-        .args(["admin", "status", "bogus"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("bogus"), "{}", stderr(&o));
+fn a_server_that_is_not_host_port_is_a_usage_error() {
+    for server in [
+        "bogus",
+        "http://127.0.0.1:9900",
+        ":9900",
+        "bad host:9900",
+        "127.0.0.1:9900/v1",
+    ] {
+        for args in [
+            &["admin", "status", server][..],
+            &["drive", "list", "--server", server],
+        ] {
+            let o = bare("admin-bogus")
+                .env("MEMKV_TIMEOUT_MS", "2000")
+                .args(args)
+                .output()
+                .unwrap();
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("{server:?}")) && err.contains("HOST:PORT"),
+                "{args:?}: {err}"
+            );
+        }
+    }
 }
 
 /// `--servers` is global: it goes after `admin status` as well as before it (docs/cli.md),
