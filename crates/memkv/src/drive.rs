@@ -108,7 +108,13 @@ pub async fn run(
         }
         DriveCommand::Status { media, json, .. } => {
             let drives = drives(&client, &admin, deadline).await?;
-            let Some(drive) = drives.into_iter().find(|d| d.media == media) else {
+            // By path, as the server finds the drive that `drive remove` names: `dir/d1/` and
+            // `dir//d1` are the configured `dir/d1`.
+            let wanted = std::path::Path::new(&media);
+            let found = drives
+                .into_iter()
+                .find(|d| std::path::Path::new(&d.media) == wanted);
+            let Some(drive) = found else {
                 return Err(Exit::with(
                     exit::NOT_FOUND,
                     format!("server {server} has no drive {media}"),

@@ -261,3 +261,34 @@ fn drive_list_needs_no_auth_key() {
     assert!(!err.contains("no auth key"), "{err}");
     assert_eq!(o.status.code(), Some(5), "{err}");
 }
+
+/// `drive status` names a drive as `drive remove` does, and finds it the way the server does:
+/// by path, so `dir/d1/` (or `dir//d1`) is the configured `dir/d1`. A script that removes
+/// `/srv/memkv/drive1/` and then checks `drive status /srv/memkv/drive1/` sees it removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drive_status_finds_a_drive_by_the_path_drive_remove_accepts() {
+    let dir = scratch("drive-spelling");
+    let paths: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("d{i}"))).collect();
+    let server = start(&paths).await;
+    let addr = server.data_addr().to_string();
+    let trailing = format!("{}/", paths[1].display());
+    let doubled = format!("{}//d1", dir.display());
+    let removed = drive(&addr, KEY_HEX, &["remove", &trailing]).await;
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    for spelled in [&trailing, &doubled] {
+        let o = drive(&addr, KEY_HEX, &["status", spelled.as_str(), "--json"]).await;
+        assert_eq!(o.status.code(), Some(0), "status {spelled}: {}", stderr(&o));
+        let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(d["state"], "removed", "{d}");
+        assert_eq!(d["media"], paths[1].display().to_string(), "{d}");
+    }
+    let o = drive(
+        &addr,
+        KEY_HEX,
+        &["status", &format!("{}/d9", dir.display())],
+    )
+    .await;
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
