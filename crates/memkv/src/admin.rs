@@ -17,7 +17,7 @@ use crate::http::{AdminClient, TlsOptions};
 pub fn admin_address(server: &str) -> Result<String, String> {
     const EXPECTED: &str =
         "expected HOST:PORT, the data address (e.g. 10.0.0.1:9900, memkv1:9900 or [fd00::1]:9900)";
-    let bad = |why: &str| format!("server {server:?} is not HOST:PORT: {why}; {EXPECTED}");
+    let bad = |why: &str| format!("server {server:?} is not host:port: {why}; {EXPECTED}");
     if let Some((scheme, _)) = server.split_once("://") {
         return Err(bad(&format!("drop the \"{scheme}://\"")));
     }
