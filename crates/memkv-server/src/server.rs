@@ -33,6 +33,8 @@ pub enum StartError {
     LocalSocket(std::io::Error),
     #[error(transparent)]
     Congestion(#[from] crate::congestion::CongestionError),
+    #[error("no random source for the server's instance id: {0}")]
+    Random(String),
 }
 
 /// A running server. Dropping it without [`Server::shutdown`] leaves its tasks running on the
@@ -58,6 +60,10 @@ impl Server {
         let (key, source) = config
             .resolve_auth_key()
             .map_err(|e| StartError::AuthKey(e.to_string()))?;
+        // Drawn afresh each start: signatures made for an earlier run no longer verify.
+        let mut random = [0u8; memkv_proto::admin_auth::ADMIN_INSTANCE_LEN];
+        getrandom::fill(&mut random).map_err(|e| StartError::Random(e.to_string()))?;
+        let instance = memkv_proto::admin_auth::admin_instance_id(random);
         match &source {
             AuthKeySource::Config => tracing::info!("auth key from network.auth_key"),
             AuthKeySource::Env => tracing::info!("auth key from MEMKV_AUTH_KEY"),
@@ -121,7 +127,7 @@ impl Server {
         let tls = config.network.tls.clone();
         let local = crate::local::start(store.arena_handle()).map_err(StartError::LocalSocket)?;
         let (local, local_listener) = local.unzip();
-        let shared = Shared::new(config, store, key, data_addr, rdma, local.clone());
+        let shared = Shared::new(config, store, key, data_addr, rdma, local.clone(), instance);
         // The data listener is bound (connections queue from now on): health must say so from
         // the admin API's first answer, not once the data task first runs.
         shared
@@ -181,6 +187,11 @@ impl Server {
     /// The admin API's address.
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin_addr
+    }
+
+    /// This run's instance id, as `GET /v1/status` shows it (signed admin requests name it).
+    pub fn instance(&self) -> &str {
+        &self.shared.instance
     }
 
     /// Stops at once, as a crash would: every connection and queue pair is dropped mid-request,

@@ -38,6 +38,8 @@ pub struct Shared {
     /// Data connections still in their handshake, oldest first.
     pub handshakes: Arc<crate::data::pending::PendingHandshakes>,
     pub clients: Arc<ClientRegistry>,
+    /// This run's instance id (see `StatusReport::instance`).
+    pub instance: String,
     /// The store's counts already added to their counters (see [`counted_past`]).
     last_evictions: AtomicU64,
     last_checksum_failures: AtomicU64,
@@ -51,6 +53,7 @@ impl Shared {
         data_address: std::net::SocketAddr,
         rdma: crate::rdma::RdmaState,
         local: Option<Arc<crate::local::LocalTransport>>,
+        instance: String,
     ) -> Arc<Shared> {
         let limits = crate::store_config::wire_limits(&config);
         Arc::new(Shared {
@@ -67,6 +70,7 @@ impl Shared {
             clients: Arc::default(),
             rdma,
             local,
+            instance,
             last_evictions: AtomicU64::new(0),
             last_checksum_failures: AtomicU64::new(0),
         })
@@ -127,6 +131,7 @@ impl StatusSource for Shared {
         }
         StatusReport {
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            instance: self.instance.clone(),
             uptime_secs: self.started.elapsed().as_secs(),
             address: self.data_address.to_string(),
             memory: MemoryStatus {
@@ -213,6 +218,10 @@ impl StatusSource for Shared {
 
     fn admin_key(&self) -> Option<AuthKey> {
         Some(self.key.clone())
+    }
+
+    fn instance(&self) -> Option<String> {
+        Some(self.instance.clone())
     }
 
     fn change_drive(

@@ -41,6 +41,7 @@ impl StatusSource for FakeSource {
     fn status(&self) -> StatusReport {
         StatusReport {
             version: "0.1.0-test".into(),
+            instance: "00112233445566778899aabbccddeeff".into(),
             uptime_secs: 42,
             address: "127.0.0.1:9900".into(),
             memory: MemoryStatus {
@@ -251,6 +252,7 @@ async fn status_has_the_documented_shape() {
     let body = json(&reply);
     for key in [
         "version",
+        "instance",
         "uptime_secs",
         "address",
         "memory",

@@ -74,8 +74,22 @@ fn post_raw(admin: SocketAddr, path: &str, auth: Option<&[u8]>, body: &[u8]) -> 
     (code, body)
 }
 
-fn signed_post(admin: SocketAddr, path: &str, nonce: u8, body: &str) -> (u16, String) {
-    let h = sign_admin_request(&key(), "POST", path, now(), [nonce; 16], body.as_bytes());
+fn signed_post(
+    admin: SocketAddr,
+    instance: &str,
+    path: &str,
+    nonce: u8,
+    body: &str,
+) -> (u16, String) {
+    let h = sign_admin_request(
+        &key(),
+        instance,
+        "POST",
+        path,
+        now(),
+        [nonce; 16],
+        body.as_bytes(),
+    );
     post_raw(admin, path, Some(h.as_bytes()), body.as_bytes())
 }
 
@@ -94,7 +108,9 @@ async fn drive_change_answer_describes_the_drive_it_changed() {
     let admin = server.admin_addr();
     let alias = format!("{}//d1", dir.display());
     let body = serde_json::json!({ "media": alias }).to_string();
-    let (code, answer) = blocking(move || signed_post(admin, "/v1/drives/remove", 1, &body)).await;
+    let instance = server.instance().to_owned();
+    let (code, answer) =
+        blocking(move || signed_post(admin, &instance, "/v1/drives/remove", 1, &body)).await;
     assert_eq!(code, 200, "{answer}");
     let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(v["changed"], true, "{answer}");
@@ -135,35 +151,38 @@ async fn signatures_bind_path_and_body_and_hostile_requests_are_4xx() {
     let media = paths[1].display().to_string();
     let body = serde_json::json!({ "media": media }).to_string();
     let other = serde_json::json!({ "media": paths[0].display().to_string() }).to_string();
+    let instance = server.instance().to_owned();
     blocking(move || {
         let t = now();
         // Signed for remove, sent to add.
-        let h = sign_admin_request(&key(), "POST", "/v1/drives/remove", t, [3; 16], body.as_bytes());
+        let h = sign_admin_request(&key(), &instance, "POST", "/v1/drives/remove", t, [3; 16], body.as_bytes());
         let (code, a) = post_raw(admin, "/v1/drives/add", Some(h.as_bytes()), body.as_bytes());
         assert_eq!(code, 401, "{a}");
         assert!(a.contains("does not match"), "{a}");
         // Signed for one body, sent with another.
-        let h = sign_admin_request(&key(), "POST", "/v1/drives/remove", t, [4; 16], body.as_bytes());
+        let h = sign_admin_request(&key(), &instance, "POST", "/v1/drives/remove", t, [4; 16], body.as_bytes());
         let (code, a) = post_raw(admin, "/v1/drives/remove", Some(h.as_bytes()), other.as_bytes());
         assert_eq!(code, 401, "{a}");
         // A signature from the future beyond the window.
-        let h = sign_admin_request(&key(), "POST", "/v1/drives/remove", t + 3600, [5; 16], body.as_bytes());
+        let h = sign_admin_request(&key(), &instance, "POST", "/v1/drives/remove", t + 3600, [5; 16], body.as_bytes());
         let (code, a) = post_raw(admin, "/v1/drives/remove", Some(h.as_bytes()), body.as_bytes());
         assert_eq!(code, 401, "{a}");
         // Malformed headers: garbage, non-UTF-8 bytes, right shape but no hex, huge numbers.
+        let huge = format!("v2 {instance} 99999999999999999999999 {} {}", "0".repeat(32), "0".repeat(64));
+        let accented = format!("v2 {instance} 1 ééééééééééééééé\u{e9} 00");
         for bad in [
             &b"garbage"[..],
-            b"v1 \xff\xfe 00 00",
-            b"v1 99999999999999999999999 00000000000000000000000000000000 0000000000000000000000000000000000000000000000000000000000000000",
-            "v1 1 ééééééééééééééé\u{e9} 00".as_bytes(),
+            b"v2 \xff\xfe 00 00",
+            huge.as_bytes(),
+            accented.as_bytes(),
         ] {
             let (code, a) = post_raw(admin, "/v1/drives/remove", Some(bad), body.as_bytes());
             assert_eq!(code, 401, "{a}");
         }
         // Validly signed, but not the documented body: 400.
-        let (code, a) = signed_post(admin, "/v1/drives/remove", 6, "not json");
+        let (code, a) = signed_post(admin, &instance, "/v1/drives/remove", 6, "not json");
         assert_eq!(code, 400, "{a}");
-        let (code, a) = signed_post(admin, "/v1/drives/remove", 7, "{\"media\": 7}");
+        let (code, a) = signed_post(admin, &instance, "/v1/drives/remove", 7, "{\"media\": 7}");
         assert_eq!(code, 400, "{a}");
         // Nothing changed so far.
         // An unsigned 64 MiB body is cut off at a bound (axum's default 2 MiB): 413, not
@@ -244,6 +263,7 @@ async fn signed_drive_changes_over_https_are_checked_like_http() {
         .unwrap();
     let admin = server.admin_addr();
     let body = serde_json::json!({ "media": paths[1].display().to_string() }).to_string();
+    let instance = server.instance().to_owned();
     blocking(move || {
         let https_post = |auth: Option<&str>| -> (u16, String) {
             let mut s = support::tls_stream(admin);
@@ -262,7 +282,7 @@ async fn signed_drive_changes_over_https_are_checked_like_http() {
         };
         let (code, a) = https_post(None);
         assert_eq!(code, 401, "{a}");
-        let h = sign_admin_request(&key(), "POST", "/v1/drives/remove", now(), [9; 16], body.as_bytes());
+        let h = sign_admin_request(&key(), &instance, "POST", "/v1/drives/remove", now(), [9; 16], body.as_bytes());
         let (code, a) = https_post(Some(&h));
         assert_eq!(code, 200, "{a}");
         assert!(a.contains("\"changed\":true"), "{a}");
@@ -273,4 +293,66 @@ async fn signed_drive_changes_over_https_are_checked_like_http() {
     .await;
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each start draws a new instance id, shown in `/v1/status`, and a signature names the
+/// instance it was made for: a captured drive change is refused by another server sharing the
+/// key and by the same server after a restart (whose replay memory starts empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signature_is_good_on_one_server_until_it_restarts() {
+    let dir = scratch("instance");
+    let paths: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("d{i}"))).collect();
+    let first = Server::start(config(&paths)).await.unwrap();
+    let (_, status) = support_get(first.admin_addr(), "/v1/status").await;
+    let shown: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(shown["instance"], first.instance(), "{status}");
+    let signed_for = first.instance().to_owned();
+    first.shutdown().await.unwrap();
+
+    let other_dir = scratch("instance-other");
+    let other_paths: Vec<PathBuf> = (0..2).map(|i| other_dir.join(format!("d{i}"))).collect();
+    let restarted = Server::start(config(&paths)).await.unwrap();
+    let other = Server::start(config(&other_paths)).await.unwrap();
+    assert_ne!(restarted.instance(), signed_for);
+    assert_ne!(other.instance(), signed_for);
+    for (server, media) in [(&restarted, &paths[1]), (&other, &other_paths[1])] {
+        let admin = server.admin_addr();
+        let body = serde_json::json!({ "media": media.display().to_string() }).to_string();
+        let signed_for = signed_for.clone();
+        let (code, answer) =
+            blocking(move || signed_post(admin, &signed_for, "/v1/drives/remove", 1, &body)).await;
+        assert_eq!(code, 401, "{answer}");
+        assert!(answer.contains("another server"), "{answer}");
+        let (_, health) = support_get(admin, "/v1/health").await;
+        assert!(health.contains("\"healthy\""), "{health}");
+    }
+    restarted.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&other_dir);
+}
+
+/// A client that still signs the old way (v1: no server instance) is told that it is older
+/// than the server, not that its signature is malformed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1_signature_is_refused_as_a_client_older_than_the_server() {
+    let dir = scratch("v1");
+    let paths: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("d{i}"))).collect();
+    let server = Server::start(config(&paths)).await.unwrap();
+    let admin = server.admin_addr();
+    let body = serde_json::json!({ "media": paths[1].display().to_string() }).to_string();
+    let v1 = format!("v1 {} {} {}", now(), "07".repeat(16), "00".repeat(32));
+    let (code, answer) = blocking(move || {
+        post_raw(
+            admin,
+            "/v1/drives/remove",
+            Some(v1.as_bytes()),
+            body.as_bytes(),
+        )
+    })
+    .await;
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 401, "{answer}");
+    assert!(answer.contains("older than the server"), "{answer}");
 }

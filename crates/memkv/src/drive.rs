@@ -1,13 +1,15 @@
 //! `memkv drive list | status | add | remove`: a running drive-backed server's drives through
 //! its admin API (data port + 1). `list` and `status` read `/v1/status`; `remove` and `add`
 //! POST to `/v1/drives/{remove,add}`, signed with the auth key (the client's: `--auth-key`,
-//! `MEMKV_AUTH_KEY` or the key file).
+//! `MEMKV_AUTH_KEY` or the key file) for the server instance its `/v1/status` shows.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
 use memkv_proto::AuthKey;
-use memkv_proto::admin_auth::{ADMIN_AUTH_HEADER, ADMIN_NONCE_LEN, sign_admin_request};
+use memkv_proto::admin_auth::{
+    ADMIN_AUTH_HEADER, ADMIN_NONCE_LEN, is_admin_instance_id, sign_admin_request,
+};
 use memkv_server::admin::{DeviceStatus, DriveChangeReport, DriveChangeRequest, StatusReport};
 use serde_json::Value;
 
@@ -160,6 +162,21 @@ async fn drives(
     admin: &str,
     deadline: Duration,
 ) -> Result<Vec<DeviceStatus>, Exit> {
+    let report = status(client, admin, deadline).await?;
+    if report.storage.mode == "memory" {
+        return Err(Exit::with(
+            exit::FAILURE,
+            format!("{admin}: storage.mode memory has no drives"),
+        ));
+    }
+    Ok(report.storage.devices)
+}
+
+async fn status(
+    client: &AdminClient,
+    admin: &str,
+    deadline: Duration,
+) -> Result<StatusReport, Exit> {
     let r = client
         .get(admin, "/v1/status", deadline)
         .await
@@ -174,15 +191,28 @@ async fn drives(
             ),
         ));
     }
-    let report: StatusReport = serde_json::from_slice(&r.body)
-        .map_err(|e| Exit::with(exit::FAILURE, format!("/v1/status is not JSON: {e}")))?;
-    if report.storage.mode == "memory" {
+    serde_json::from_slice(&r.body)
+        .map_err(|e| Exit::with(exit::FAILURE, format!("/v1/status is not JSON: {e}")))
+}
+
+/// The instance id the server shows in `/v1/status`, which a signature must name: it makes
+/// the signature good on this server until it restarts, and on no other.
+async fn instance(
+    client: &AdminClient,
+    admin: &str,
+    server: &str,
+    deadline: Duration,
+) -> Result<String, Exit> {
+    let instance = status(client, admin, deadline).await?.instance;
+    if !is_admin_instance_id(&instance) {
         return Err(Exit::with(
-            exit::FAILURE,
-            format!("{admin}: storage.mode memory has no drives"),
+            exit::UNSUPPORTED_VERSION,
+            format!(
+                "server {server} shows no instance id in /v1/status (found {instance:?}): it is older than this memkv, whose drive changes are signed for one server instance; upgrade the server, or use a memkv of the server's version"
+            ),
         ));
     }
-    Ok(report.storage.devices)
+    Ok(instance)
 }
 
 async fn change(
@@ -199,13 +229,14 @@ async fn change(
         media: media.to_owned(),
     })
     .expect("the request serializes");
+    let instance = instance(client, admin, server, deadline).await?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let mut nonce = [0u8; ADMIN_NONCE_LEN];
     getrandom::fill(&mut nonce)
         .map_err(|e| Exit::with(exit::FAILURE, format!("no random source: {e}")))?;
-    let signature = sign_admin_request(key, "POST", &path, now, nonce, &body);
+    let signature = sign_admin_request(key, &instance, "POST", &path, now, nonce, &body);
     let r = client
         .post(
             admin,

@@ -6,6 +6,7 @@
 mod common;
 
 use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use common::*;
@@ -227,8 +228,17 @@ async fn drive_changes_must_be_signed_once_with_the_auth_key() {
         .unwrap()
         .as_secs();
     let key = AuthKey::from_hex(KEY_HEX).unwrap();
-    let stale = sign_admin_request(&key, "POST", path, now - 3600, [1; 16], body.as_bytes());
-    let signed = sign_admin_request(&key, "POST", path, now, [2; 16], body.as_bytes());
+    let instance = server.instance();
+    let stale = sign_admin_request(
+        &key,
+        instance,
+        "POST",
+        path,
+        now - 3600,
+        [1; 16],
+        body.as_bytes(),
+    );
+    let signed = sign_admin_request(&key, instance, "POST", path, now, [2; 16], body.as_bytes());
     let (stale_answer, first, replay) = tokio::task::spawn_blocking(move || {
         (
             post(admin, path, Some(&stale), &body),
@@ -291,4 +301,131 @@ async fn drive_status_finds_a_drive_by_the_path_drive_remove_accepts() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Reads one HTTP/1.1 request or response (head and `content-length` body) from `s`.
+fn read_message(s: &mut std::net::TcpStream) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if buf.len() >= end + 4 + len {
+                buf.truncate(end + 4 + len);
+                return buf;
+            }
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(
+            n > 0,
+            "closed mid-message: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A stand-in for a server's admin API that answers `GET /v1/status` with `status` and takes
+/// the first POST (answered as a successful removal) or `QUIT`; returns that request. Its data
+/// address (admin port - 1) is returned too, for `--server`.
+fn stand_in(status: String) -> (String, SocketAddr, std::thread::JoinHandle<Vec<u8>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin = listener.local_addr().unwrap();
+    let data = format!("127.0.0.1:{}", admin.port() - 1);
+    let serving = std::thread::spawn(move || {
+        loop {
+            let (mut s, _) = listener.accept().unwrap();
+            let request = read_message(&mut s);
+            let body = if request.starts_with(b"GET /v1/status") {
+                status.clone()
+            } else if request.starts_with(b"POST") {
+                r#"{"action":"remove","changed":true,"drive":{"state":"removed"}}"#.to_owned()
+            } else {
+                return request;
+            };
+            write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            if request.starts_with(b"POST") {
+                return request;
+            }
+        }
+    });
+    (data, admin, serving)
+}
+
+/// Servers of a fleet share one auth key and usually the same drive names, and the admin API
+/// is plain HTTP by default: a drive change `memkv drive remove` signed for one server must not
+/// take that drive out on another when its bytes are captured and sent there. The signature
+/// names the instance the first server's `/v1/status` shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drive_change_signed_for_one_server_is_refused_by_another() {
+    let dir = scratch("drive-replay");
+    let paths: Vec<PathBuf> = (0..2).map(|i| dir.join(format!("d{i}"))).collect();
+    let other = start(&paths).await;
+    let other_admin = other.admin_addr();
+    let media = paths[1].display().to_string();
+
+    let status = r#"{"instance":"00112233445566778899aabbccddeeff","storage":{"mode":"file"}}"#;
+    let (a_data, _, recorder) = stand_in(status.to_owned());
+    let out = drive(&a_data, KEY_HEX, &["remove", &media, "--server", &a_data]).await;
+    assert!(
+        out.status.success(),
+        "drive remove against A: {}",
+        stderr(&out)
+    );
+    let captured = recorder.join().unwrap();
+    let header = String::from_utf8_lossy(&captured).to_ascii_lowercase();
+    assert!(
+        header.contains("x-memkv-auth: v2 00112233445566778899aabbccddeeff "),
+        "{header}"
+    );
+
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(other_admin).unwrap();
+        s.write_all(&captured).unwrap();
+        String::from_utf8_lossy(&read_message(&mut s)).into_owned()
+    })
+    .await
+    .unwrap();
+    let health = drives_json(&other.data_addr().to_string()).await;
+    other.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        answer.starts_with("HTTP/1.1 401"),
+        "a removal signed for {a_data} was accepted by another server: {answer}"
+    );
+    assert!(answer.contains("another server"), "{answer}");
+    assert!(health.iter().all(|d| d["state"] == "online"), "{health:?}");
+}
+
+/// A server too old to show an instance id cannot verify what this memkv signs: the change is
+/// not sent, and the error says which side is older (exit 7, versions do not fit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drive_change_to_a_server_that_shows_no_instance_is_not_sent() {
+    let (data, admin, serving) = stand_in(r#"{"storage":{"mode":"file"}}"#.to_owned());
+    let o = drive(
+        &data,
+        KEY_HEX,
+        &["remove", "/dev/nvme1n1", "--server", &data],
+    )
+    .await;
+    // Whatever the CLI did, let the stand-in go: it returns the first POST, or this QUIT.
+    let mut quit = std::net::TcpStream::connect(admin).unwrap();
+    quit.write_all(b"QUIT / HTTP/1.1\r\n\r\n").unwrap();
+    let last = serving.join().unwrap();
+    assert!(last.starts_with(b"QUIT"), "the change was sent");
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("older than this memkv"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -1,7 +1,7 @@
 //! `POST /v1/drives/remove` and `/v1/drives/add`: the drive changes `memkv drive` makes on a
 //! running server. State-changing, so each request must be signed with the server's auth key
-//! (`memkv_proto::admin_auth`: header `x-memkv-auth`, within 60 s of the server's clock, each
-//! signature accepted once). Signing rather than loopback-only: operators run `memkv drive`
+//! (`memkv_proto::admin_auth`: header `x-memkv-auth`, for this server's instance, within 60 s
+//! of the server's clock, each signature accepted once). Signing rather than loopback-only: operators run `memkv drive`
 //! from wherever they hold the key, and HTTP through a proxy or a port-forward cannot pass for
 //! a local caller.
 
@@ -74,7 +74,7 @@ async fn change(
     body: Bytes,
     action: DriveAction,
 ) -> Response {
-    let Some(key) = state.admin_key() else {
+    let (Some(key), Some(instance)) = (state.admin_key(), state.instance()) else {
         return refusal(
             StatusCode::FORBIDDEN,
             "this server accepts no state-changing admin requests",
@@ -85,7 +85,7 @@ async fn change(
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let header = headers.get(ADMIN_AUTH_HEADER).and_then(|v| v.to_str().ok());
-    let signature = match verify_admin_request(&key, header, "POST", &path, now, &body) {
+    let signature = match verify_admin_request(&key, &instance, header, "POST", &path, now, &body) {
         Ok(signature) => signature,
         Err(e) => {
             tracing::warn!(%path, error = %e, "admin request refused");

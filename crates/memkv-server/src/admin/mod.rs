@@ -55,6 +55,11 @@ pub trait StatusSource: Send + Sync + 'static {
     fn admin_key(&self) -> Option<memkv_proto::AuthKey> {
         None
     }
+    /// The instance id signed requests must name (`StatusReport::instance`); refused all
+    /// without one, as without a key.
+    fn instance(&self) -> Option<String> {
+        None
+    }
     /// Removes or adds the drive `media`. May block (it reads the drive): the API calls it on
     /// a blocking thread.
     fn change_drive(

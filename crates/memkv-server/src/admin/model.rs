@@ -81,6 +81,9 @@ impl Readiness {
 #[serde(default)]
 pub struct StatusReport {
     pub version: String,
+    /// This run of the server: 32 hex digits drawn at start. Signed admin requests name it
+    /// (`memkv_proto::admin_auth`), so a signature is good on this server, until it restarts.
+    pub instance: String,
     pub uptime_secs: u64,
     /// The data listener, e.g. `0.0.0.0:9900`.
     pub address: String,
