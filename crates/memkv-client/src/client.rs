@@ -144,7 +144,9 @@ impl Client {
 
     pub(crate) fn check_key(&self, key: &[u8]) -> Result<()> {
         let limit = self.inner.limits.max_key_len;
-        if key.len() > limit {
+        // An empty key is refused here too: a server refuses it (BadRequest), but one that
+        // cannot be reached would be reported instead, and a batch's answer says less.
+        if key.is_empty() || key.len() > limit {
             return Err(Error::TooLarge {
                 what: "key",
                 len: key.len() as u64,

@@ -73,8 +73,9 @@ pub enum Error {
     /// `transport: shm`), or a copy through its mapped arena did not hold up.
     #[error("shared memory with server {server}: {reason}")]
     SharedMemory { server: String, reason: String },
-    /// A key, value or batch exceeds a protocol limit; nothing was sent.
-    #[error("{what} of {len} bytes exceeds the limit of {limit}")]
+    /// A key, value or batch exceeds a protocol limit, or a key is empty (`len` 0); nothing
+    /// was sent.
+    #[error("{}", too_large(what, *len, *limit))]
     TooLarge {
         what: &'static str,
         len: u64,
@@ -83,6 +84,13 @@ pub enum Error {
     /// A value does not fit the caller's buffer (the `get_*_into` operations).
     #[error("a value of {len} bytes does not fit the buffer of {capacity} bytes")]
     BufferTooSmall { len: u64, capacity: u64 },
+}
+
+fn too_large(what: &str, len: u64, limit: u64) -> String {
+    if len == 0 {
+        return format!("an empty {what} is refused: a {what} is 1 to {limit} bytes");
+    }
+    format!("{what} of {len} bytes exceeds the limit of {limit}")
 }
 
 impl Error {

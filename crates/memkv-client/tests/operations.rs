@@ -33,14 +33,55 @@ async fn values_from_0_bytes_to_the_maximum_round_trip_bit_exact() {
     assert!(
         matches!(
             err,
-            Error::Server {
-                status: memkv_client::Status::BadRequest,
+            Error::TooLarge {
+                what: "key",
+                len: 0,
                 ..
             }
         ),
         "{err}"
     );
     server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_empty_key_is_refused_before_anything_is_sent() {
+    // No server listens: a key sent anywhere would fail as unreachable instead.
+    let mut config = memkv_client::ClientConfig::new(["127.0.0.1:1"], common::key());
+    config.transport = memkv_client::Transport::Tcp;
+    let c = Client::connect(config).await.unwrap();
+    let empty: &[u8] = b"";
+    let err = c.put(empty, b"v").await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::TooLarge {
+                what: "key",
+                len: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("empty key"), "{err}");
+    assert!(matches!(
+        c.get(empty).await,
+        Err(Error::TooLarge { len: 0, .. })
+    ));
+    assert!(matches!(
+        c.exists(empty).await,
+        Err(Error::TooLarge { len: 0, .. })
+    ));
+    assert!(matches!(
+        c.delete(empty).await,
+        Err(Error::TooLarge { len: 0, .. })
+    ));
+    let results = c.get_batch(&[empty, b"k"]).await;
+    assert!(
+        matches!(results[0], Err(Error::TooLarge { len: 0, .. })),
+        "{:?}",
+        results[0]
+    );
 }
 
 #[tokio::test]
