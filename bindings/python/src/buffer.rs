@@ -3,8 +3,9 @@
 //! `bytes`. This module holds the package's only `unsafe` code.
 
 use std::ptr::NonNull;
+use std::sync::Arc;
 
-use pyo3::exceptions::PyBufferError;
+use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -16,18 +17,18 @@ pub struct ByteBuffer {
     view: Box<ffi::Py_buffer>,
     writable: bool,
     /// Dropped just after the buffer is released, to tell whoever watches (`Self::watch`).
-    released: Option<tokio::sync::oneshot::Sender<()>>,
+    released: Option<tokio::sync::watch::Receiver<()>>,
 }
 
-/// Resolves once every watched buffer has been released ([`ByteBuffer::watch`]).
-pub struct Released(Vec<tokio::sync::oneshot::Receiver<()>>);
+/// Resolves once every watched buffer has been released ([`ByteBuffer::watch`]). Clones
+/// watch the same buffers: the operation that lent them, and a caller that gave up on it.
+#[derive(Clone)]
+pub struct Released(Arc<tokio::sync::watch::Sender<()>>);
 
 impl Released {
     pub async fn all(self) {
-        for done in self.0 {
-            // Err is the signal: the sender was dropped with its buffer.
-            let _ = done.await;
-        }
+        // Each watched buffer holds a receiver until it is released.
+        self.0.closed().await;
     }
 }
 
@@ -49,38 +50,82 @@ impl ByteBuffer {
     }
 
     fn export(obj: &Bound<'_, PyAny>, writable: bool, what: &str) -> PyResult<ByteBuffer> {
+        let need = if writable {
+            "a writable, C-contiguous buffer (bytearray, memoryview, numpy array, ...)"
+        } else {
+            "a C-contiguous buffer (bytes, bytearray, memoryview, numpy array, ...)"
+        };
+        // SAFETY: `obj` is a live object and we hold the GIL; the call only reads its type.
+        if unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) } == 0 {
+            // Not a buffer at all: a wrong argument type, not an unusable buffer.
+            return Err(PyTypeError::new_err(format!(
+                "{what}: expected {need}, got {}",
+                obj.get_type().name()?
+            )));
+        }
         // PyBUF_SIMPLE: one contiguous run of unsigned bytes, whatever the item type (a numpy
         // float array or a tensor's memory is moved as its bytes); exporters refuse it for
-        // non-contiguous memory.
-        let flags = if writable {
+        // non-contiguous memory. PyBUF_FORMAT as well, to refuse items that are Python
+        // objects: their bytes are pointers, and writing a value over them (or storing them)
+        // would corrupt the interpreter.
+        let simple = if writable {
             ffi::PyBUF_SIMPLE | ffi::PyBUF_WRITABLE
         } else {
             ffi::PyBUF_SIMPLE
         };
-        // SAFETY: an all-zero Py_buffer is a valid "not yet filled" value (pointers null,
-        // lengths 0); PyObject_GetBuffer fills it in or fails leaving nothing to release.
-        let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
-        // SAFETY: `obj` is a live object (we hold a reference and the GIL); `view` points to
-        // writable, stable memory of the right type.
-        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) };
-        if rc != 0 {
-            let cause = PyErr::take(obj.py())
-                .map(|e| e.to_string())
-                .unwrap_or_else(|| "the object refused to export a buffer".into());
-            let need = if writable {
-                "a writable, C-contiguous buffer (bytearray, memoryview, numpy array, ...)"
-            } else {
-                "a C-contiguous buffer (bytes, bytearray, memoryview, numpy array, ...)"
-            };
-            return Err(PyBufferError::new_err(format!(
-                "{what}: expected {need}, got {}: {cause}",
-                obj.get_type().name()?
-            )));
-        }
-        Ok(ByteBuffer {
+        let view = match get_buffer(obj, simple | ffi::PyBUF_FORMAT) {
+            Ok(view) => view,
+            // Some exporters cannot describe their item type (numpy's datetime64 and
+            // user-defined dtypes such as bfloat16): numpy's own object arrays can, so
+            // such a buffer holds no Python objects, and is taken as bytes, as before.
+            Err(_) => get_buffer(obj, simple).map_err(|cause| {
+                let name = obj
+                    .get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+                PyBufferError::new_err(format!("{what}: expected {need}, got {name}: {cause}"))
+            })?,
+        };
+        let buffer = ByteBuffer {
             view,
             writable,
             released: None,
+        };
+        if buffer.holds_objects() {
+            // Dropping `buffer` releases the export.
+            return Err(PyBufferError::new_err(format!(
+                "{what}: expected {need}, got {} of Python objects (format {:?}): their bytes \
+                 are object pointers",
+                obj.get_type().name()?,
+                buffer.format().unwrap_or_default()
+            )));
+        }
+        Ok(buffer)
+    }
+
+    /// The item format the exporter gave (struct module syntax), if any.
+    fn format(&self) -> Option<String> {
+        if self.view.format.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null `format` is a NUL-terminated string owned by the exporter, valid
+        // until the buffer is released (only `Drop` releases it; `self` is borrowed).
+        let format = unsafe { std::ffi::CStr::from_ptr(self.view.format) };
+        Some(format.to_string_lossy().into_owned())
+    }
+
+    /// Whether any item is a Python object (`O`), in a plain format or inside a struct
+    /// (`T{O:name:}`); field names (between colons) are not item codes.
+    fn holds_objects(&self) -> bool {
+        let Some(format) = self.format() else {
+            return false;
+        };
+        let mut in_name = false;
+        format.chars().any(|c| {
+            if c == ':' {
+                in_name = !in_name;
+            }
+            !in_name && c == 'O'
         })
     }
 
@@ -89,16 +134,11 @@ impl ByteBuffer {
     /// arriving; it lets go at once, `memkv_client::ReadDestination`): the call must not
     /// return to Python, which may then free or reuse the memory, before they are released.
     pub fn watch(buffers: &mut [ByteBuffer]) -> Released {
-        Released(
-            buffers
-                .iter_mut()
-                .map(|b| {
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    b.released = Some(tx);
-                    rx
-                })
-                .collect(),
-        )
+        let (tx, rx) = tokio::sync::watch::channel(());
+        for b in buffers {
+            b.released = Some(rx.clone());
+        }
+        Released(Arc::new(tx))
     }
 
     /// Stops watching: a buffer that came back is the caller's, released or not.
@@ -141,6 +181,25 @@ impl ByteBuffer {
             None => &mut [],
         }
     }
+}
+
+/// One `PyObject_GetBuffer` with `flags`; the exporter's error when it refuses.
+fn get_buffer(
+    obj: &Bound<'_, PyAny>,
+    flags: std::ffi::c_int,
+) -> Result<Box<ffi::Py_buffer>, String> {
+    // SAFETY: an all-zero Py_buffer is a valid "not yet filled" value (pointers null,
+    // lengths 0); PyObject_GetBuffer fills it in or fails leaving nothing to release.
+    let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+    // SAFETY: `obj` is a live object (we hold a reference and the GIL); `view` points to
+    // writable, stable memory of the right type.
+    let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) };
+    if rc != 0 {
+        return Err(PyErr::take(obj.py())
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "the object refused to export a buffer".into()));
+    }
+    Ok(view)
 }
 
 impl AsRef<[u8]> for ByteBuffer {
