@@ -35,7 +35,7 @@ impl AsyncClient {
         servers: Option<&Bound<'_, PyAny>>,
         auth_key: Option<&Bound<'_, PyAny>>,
         transport: Option<String>,
-        timeout_ms: Option<u64>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
         config: Option<std::path::PathBuf>,
     ) -> PyResult<AsyncClient> {
         crate::runtime::install_for_asyncio()?;

@@ -209,7 +209,7 @@ pub fn items(items: &Bound<'_, PyAny>) -> PyResult<(Vec<Vec<u8>>, Vec<ByteBuffer
                 "items[{i}]: expected a (key, value) pair"
             ))
         })?;
-        keys.push(keys::key(&key)?);
+        keys.push(keys::named_key(&key, Some(&format!("items[{i}] key")))?);
         values.push(ByteBuffer::readable(&value, &format!("items[{i}] value"))?);
     }
     Ok((keys, values))
@@ -247,7 +247,7 @@ impl Client {
         servers: Option<&Bound<'_, PyAny>>,
         auth_key: Option<&Bound<'_, PyAny>>,
         transport: Option<String>,
-        timeout_ms: Option<u64>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
         config: Option<std::path::PathBuf>,
     ) -> PyResult<Client> {
         let args = Args::from_py(servers, auth_key, transport, timeout_ms, config)?;

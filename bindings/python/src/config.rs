@@ -3,9 +3,11 @@
 //! wins over the defaults and the local key file.
 
 use memkv_client::ClientConfig;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBytes, PyInt, PyString};
+
+use crate::errors::ConfigError;
 
 /// `servers`, `auth_key`, `transport`, `timeout_ms`, `config`, as given.
 #[derive(Default)]
@@ -22,14 +24,14 @@ impl Args {
         servers: Option<&Bound<'_, PyAny>>,
         auth_key: Option<&Bound<'_, PyAny>>,
         transport: Option<String>,
-        timeout_ms: Option<u64>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
         config: Option<std::path::PathBuf>,
     ) -> PyResult<Args> {
         Ok(Args {
             servers: servers.map(server_list).transpose()?,
             auth_key: auth_key.map(key_hex).transpose()?,
             transport,
-            timeout_ms: timeout_ms.map(|ms| ms.to_string()),
+            timeout_ms: timeout_ms.map(milliseconds).transpose()?,
             config: config.map(|p| p.display().to_string()),
         })
     }
@@ -58,9 +60,27 @@ impl Args {
                     message = message.replace(var, &format!("argument {arg}"));
                 }
             }
-            crate::errors::ConfigError::new_err(message)
+            ConfigError::new_err(message)
         })
     }
+}
+
+/// Any int, as text: the configuration chain checks its range, so that -1 or 2**64 get the
+/// same `ConfigError` naming the argument and its limit as 0 does.
+fn milliseconds(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    if !obj.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "timeout_ms: expected an int, got {}",
+            obj.get_type().name()?
+        )));
+    }
+    // int() first: a bool is an int, and reads "True".
+    Ok(obj
+        .py()
+        .get_type::<PyInt>()
+        .call1((obj,))?
+        .str()?
+        .to_string())
 }
 
 fn server_list(obj: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -74,10 +94,10 @@ fn server_list(obj: &Bound<'_, PyAny>) -> PyResult<String> {
         .collect::<PyResult<_>>()
         .map_err(|_| PyTypeError::new_err("servers: expected a list of \"host:port\" strings"))?;
     if servers.is_empty() {
-        return Err(PyValueError::new_err("servers: the list is empty"));
+        return Err(ConfigError::new_err("servers: the list is empty"));
     }
     if let Some(bad) = servers.iter().find(|s| s.contains(',')) {
-        return Err(PyValueError::new_err(format!(
+        return Err(ConfigError::new_err(format!(
             "servers: {bad:?} holds a comma; give one \"host:port\" per list item"
         )));
     }
@@ -88,7 +108,7 @@ fn key_hex(obj: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(raw) = obj.cast::<PyBytes>() {
         let raw = raw.as_bytes();
         if raw.len() != 32 {
-            return Err(PyValueError::new_err(format!(
+            return Err(ConfigError::new_err(format!(
                 "auth_key: {} raw bytes given; the key is exactly 32 bytes (or 64 hex digits)",
                 raw.len()
             )));

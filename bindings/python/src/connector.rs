@@ -191,7 +191,7 @@ impl MemkvConnector {
         servers: Option<&Bound<'_, PyAny>>,
         auth_key: Option<&Bound<'_, PyAny>>,
         transport: Option<String>,
-        timeout_ms: Option<u64>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
         config: Option<std::path::PathBuf>,
     ) -> PyResult<MemkvConnector> {
         let args = Args::from_py(servers, auth_key, transport, timeout_ms, config)?;

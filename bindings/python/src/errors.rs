@@ -2,9 +2,10 @@
 //! on differently. Messages are the client's own (they name the server and the limit).
 
 use memkv_client::{Error as ClientError, Result as ClientResult};
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyType};
 
 pyo3::create_exception!(memkv, Error, PyException, "Any memkv failure.");
 pyo3::create_exception!(
@@ -37,7 +38,40 @@ pyo3::create_exception!(
     Error,
     "RDMA was required (transport 'rdma') but no rail could be used, or a transfer failed."
 );
-pyo3::create_exception!(memkv, ConfigError, Error, "Bad client configuration.");
+
+/// `memkv.ConfigError`: bad client configuration. Also a `ValueError`, as bad argument values
+/// (an empty server list, a short raw key) are in Python, and were before they were
+/// `ConfigError`s: `except ValueError` keeps catching them.
+pub struct ConfigError;
+
+static CONFIG_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+impl ConfigError {
+    pub fn new_err(message: impl Into<String>) -> PyErr {
+        let message = message.into();
+        Python::attach(|py| match ConfigError::class(py) {
+            Ok(class) => PyErr::from_type(class.clone(), message),
+            Err(e) => e,
+        })
+    }
+
+    fn class(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+        CONFIG_ERROR
+            .get_or_try_init(py, || {
+                // Two bases: `create_exception!` takes one.
+                let bases = (py.get_type::<Error>(), py.get_type::<PyValueError>());
+                let namespace = PyDict::new(py);
+                namespace.set_item("__module__", "memkv")?;
+                namespace.set_item("__doc__", "Bad client configuration.")?;
+                py.get_type::<PyType>()
+                    .call1(("ConfigError", bases, namespace))?
+                    .cast_into::<PyType>()
+                    .map(Bound::unbind)
+                    .map_err(PyErr::from)
+            })
+            .map(|class| class.bind(py))
+    }
+}
 
 /// The exception class for one client error.
 fn class(err: &ClientError) -> fn(String) -> PyErr {
@@ -54,7 +88,7 @@ fn class(err: &ClientError) -> fn(String) -> PyErr {
         ClientError::RdmaUnavailable { .. } | ClientError::Rdma { .. } => {
             RdmaUnavailableError::new_err
         }
-        ClientError::Config(_) => ConfigError::new_err,
+        ClientError::Config(_) => |message| ConfigError::new_err(message),
         _ => Error::new_err,
     }
 }
@@ -166,6 +200,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "RdmaUnavailableError",
         py.get_type::<RdmaUnavailableError>(),
     )?;
-    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    m.add("ConfigError", ConfigError::class(py)?)?;
     Ok(())
 }

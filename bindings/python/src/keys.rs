@@ -5,16 +5,23 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
 pub fn key(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    named_key(obj, None)
+}
+
+/// A key of a batch: errors say where it is (`keys[3]`, `items[1] key`), since a batch may hold
+/// thousands of keys.
+pub fn named_key(obj: &Bound<'_, PyAny>, what: Option<&str>) -> PyResult<Vec<u8>> {
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(b.as_bytes().to_vec());
     }
     if let Ok(s) = obj.cast::<PyString>() {
         return Ok(s.to_str()?.as_bytes().to_vec());
     }
-    Err(PyTypeError::new_err(format!(
-        "a key must be str or bytes, not {}",
-        obj.get_type().name()?
-    )))
+    let why = format!("a key must be str or bytes, not {}", obj.get_type().name()?);
+    Err(PyTypeError::new_err(match what {
+        Some(what) => format!("{what}: {why}"),
+        None => why,
+    }))
 }
 
 /// Keys from any iterable of keys. A lone `str` or `bytes` is refused: iterating it would
@@ -25,7 +32,10 @@ pub fn keys(obj: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u8>>> {
             "keys: expected a list of keys, not a single str or bytes",
         ));
     }
-    obj.try_iter()?.map(|k| key(&k?)).collect()
+    obj.try_iter()?
+        .enumerate()
+        .map(|(i, k)| named_key(&k?, Some(&format!("keys[{i}]"))))
+        .collect()
 }
 
 /// A key as an error message shows it: text when it is UTF-8, else escaped bytes.

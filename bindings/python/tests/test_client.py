@@ -69,8 +69,40 @@ def test_read_only_and_strided_buffers_are_refused_by_name(client: memkv.Client)
 def test_bad_keys(client: memkv.Client) -> None:
     with pytest.raises(TypeError, match="key must be str or bytes, not int"):
         client.put(7, b"v")  # type: ignore[arg-type]
-    with pytest.raises(memkv.Error, match="1024"):
+    with pytest.raises(memkv.TooLargeError, match="1024"):
         client.put("k" * 5000, b"v")
+
+
+def test_a_bad_key_in_a_batch_is_named_by_position(client: memkv.Client) -> None:
+    """A batch may hold thousands of keys: the error says which one."""
+    with pytest.raises(TypeError, match=r"keys\[1\]: a key must be str or bytes, not NoneType"):
+        client.get_many(["a", None, "c"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"keys\[2\]"):
+        client.get_many_into(["a", "b", 3], [bytearray(1)] * 3)  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"items\[1\] key: a key must be str or bytes, not int"):
+        client.put_many([("a", b"1"), (7, b"2")])  # type: ignore[list-item]
+
+
+def test_an_empty_key_is_refused_before_anything_is_sent(server: MemkvServer) -> None:
+    """Keys are 1 to 1024 bytes: an empty key is refused as a too long one is, not reported
+    as whatever the server or the network says about it."""
+    down = memkv.Client(servers=["127.0.0.1:1"], auth_key="ab" * 32, transport="tcp")
+    for call in (
+        lambda: down.put("", b"v"),
+        lambda: down.get(b""),
+        lambda: down.exists(""),
+        lambda: down.delete(""),
+    ):
+        with pytest.raises(memkv.TooLargeError, match="empty key") as info:
+            call()
+        assert info.value.keys is None
+    with server.client(transport="tcp") as up:
+        with pytest.raises(memkv.TooLargeError, match='"": an empty key') as batch:
+            up.get_many(["", "a"])
+        assert batch.value.keys == [b""]
+        with pytest.raises(memkv.TooLargeError, match="1 of 2 keys failed"):
+            up.put_many([("empty/ok", b"1"), ("", b"2")])
+        assert up.get("empty/ok") == b"1"
 
 
 def test_batches(client: memkv.Client) -> None:

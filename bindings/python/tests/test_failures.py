@@ -115,16 +115,41 @@ def test_environment_and_config_file(
 
 
 def test_bad_configuration_names_the_argument() -> None:
-    with pytest.raises(ValueError, match="auth_key: 5 raw bytes"):
+    with pytest.raises(memkv.ConfigError, match="auth_key: 5 raw bytes"):
         memkv.Client(servers=["127.0.0.1:1"], auth_key=b"short")
     with pytest.raises(memkv.ConfigError, match="argument auth_key"):
         memkv.Client(servers=["127.0.0.1:1"], auth_key="not hex")
     with pytest.raises(memkv.ConfigError, match="argument transport"):
         memkv.Client(servers=["127.0.0.1:1"], auth_key="ab" * 32, transport="carrier-pigeon")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="servers: the list is empty"):
+    with pytest.raises(memkv.ConfigError, match="servers: the list is empty"):
         memkv.Client(servers=[], auth_key="ab" * 32)
+    with pytest.raises(memkv.ConfigError, match="servers: .* holds a comma"):
+        memkv.Client(servers=["a:1,b:2"], auth_key="ab" * 32)
     with pytest.raises(memkv.ConfigError, match="timeout_ms"):
         memkv.Client(servers=["127.0.0.1:1"], auth_key="ab" * 32, timeout_ms=0)
+
+
+def test_a_config_error_is_also_a_value_error() -> None:
+    """Bad argument values were ValueErrors before they were ConfigErrors: callers catching
+    ValueError still catch them."""
+    assert issubclass(memkv.ConfigError, memkv.Error)
+    assert issubclass(memkv.ConfigError, ValueError)
+    with pytest.raises(ValueError, match="servers: the list is empty"):
+        memkv.Client(servers=[], auth_key="ab" * 32)
+
+
+@pytest.mark.parametrize("timeout_ms", [-1, 2**64, 10**30])
+@pytest.mark.parametrize("cls", [memkv.Client, memkv.AsyncClient, memkv.MemkvConnector])
+def test_an_out_of_range_timeout_is_a_config_error_naming_it(
+    cls: type[memkv.Client | memkv.AsyncClient | memkv.MemkvConnector], timeout_ms: int
+) -> None:
+    with pytest.raises(memkv.ConfigError, match=r"argument timeout_ms: .*1\.\.=3600000"):
+        cls(servers=["127.0.0.1:1"], auth_key="ab" * 32, timeout_ms=timeout_ms)
+
+
+def test_a_timeout_that_is_not_an_int_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="timeout_ms: expected an int, got float"):
+        memkv.Client(servers=["127.0.0.1:1"], auth_key="ab" * 32, timeout_ms=1.5)  # type: ignore[arg-type]
 
 
 def test_strict_rdma_without_devices_is_refused() -> None:
