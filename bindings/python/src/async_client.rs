@@ -75,9 +75,10 @@ impl AsyncClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.shared.get()?;
         let key = keys::key(key)?;
-        let buf = ByteBuffer::writable(buffer, "buffer")?;
+        let mut buf = ByteBuffer::writable(buffer, "buffer")?;
+        let lent = ByteBuffer::watch(std::slice::from_mut(&mut buf));
         future_into_py(py, async move {
-            let (result, _buffer) = regions::get_into(&c, &key, buf).await;
+            let (result, _buffer) = regions::get_into(&c, &key, buf, lent).await;
             result.map_err(to_py)
         })
     }
@@ -128,11 +129,12 @@ impl AsyncClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.shared.get()?;
         let keys = keys::keys(keys)?;
-        let bufs = writable_all(buffers, "buffers")?;
+        let mut bufs = writable_all(buffers, "buffers")?;
         check_counts(keys.len(), bufs.len())?;
         let routed = self.shared.regions.route(&bufs);
+        let lent = ByteBuffer::watch(&mut bufs);
         future_into_py(py, async move {
-            let (results, _buffers) = regions::get_many_into(&c, routed, &keys, bufs).await;
+            let (results, _buffers) = regions::get_many_into(&c, routed, &keys, bufs, lent).await;
             collect("get_many_into", &keys, results, plain)
         })
     }

@@ -12,12 +12,12 @@ use crate::config::Args;
 use crate::errors::{collect, none, plain, to_py};
 use crate::keys;
 use crate::regions::{self, Regions};
-use crate::runtime::{MadeIn, block_on};
+use crate::runtime::{MadeIn, block_on, block_on_lending};
 
 /// The Rust client behind a Python object, until `close()`.
 pub struct Shared {
     client: Mutex<Option<RustClient>>,
-    made_in: MadeIn,
+    pub made_in: MadeIn,
     /// As configured: what the client does once connected does not say it (see `transport`).
     configured: Transport,
     /// Buffers handed to `register`, kept alive (and exported) as long as the client.
@@ -28,7 +28,7 @@ impl Shared {
     pub fn connect(py: Python<'_>, args: Args) -> PyResult<Shared> {
         let config = args.resolve()?;
         let configured = config.transport;
-        let client = block_on(py, RustClient::connect(config)).map_err(to_py)?;
+        let client = block_on(py, RustClient::connect(config))?.map_err(to_py)?;
         Ok(Shared {
             client: Mutex::new(Some(client)),
             made_in: MadeIn::here(),
@@ -268,13 +268,14 @@ impl Client {
         match self.shared.regions.route(std::slice::from_ref(&value)) {
             Some(routed) => {
                 let keys = [key];
-                let results = block_on(
+                let mut results = block_on(
                     py,
                     regions::put_many(&c, Some(routed), &keys, std::slice::from_ref(&value)),
-                );
-                collect("put", &keys, results, none).map(drop)
+                )?;
+                // One key: its own error, as any single put reports it (not a batch's).
+                results.pop().expect("one result").map_err(to_py)
             }
-            None => block_on(py, c.put(&key, value.as_slice())).map_err(to_py),
+            None => block_on(py, c.put(&key, value.as_slice()))?.map_err(to_py),
         }
     }
 
@@ -285,7 +286,7 @@ impl Client {
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         let c = self.shared.get()?;
         let key = keys::key(key)?;
-        let value = block_on(py, c.get(&key)).map_err(to_py)?;
+        let value = block_on(py, c.get(&key))?.map_err(to_py)?;
         Ok(value.map(|v| PyBytes::new(py, &v)))
     }
 
@@ -297,19 +298,22 @@ impl Client {
     ) -> PyResult<Option<usize>> {
         let c = self.shared.get()?;
         let key = keys::key(key)?;
-        let buf = ByteBuffer::writable(buffer, "buffer")?;
+        let mut buf = ByteBuffer::writable(buffer, "buffer")?;
+        let lent = ByteBuffer::watch(std::slice::from_mut(&mut buf));
         match self.shared.regions.route(std::slice::from_ref(&buf)) {
             Some(routed) => {
                 let keys = [key];
-                let (mut results, _buffers) = block_on(
+                let (mut results, _buffers) = block_on_lending(
                     py,
-                    regions::get_many_into(&c, Some(routed), &keys, vec![buf]),
-                );
+                    lent.clone(),
+                    regions::get_many_into(&c, Some(routed), &keys, vec![buf], lent),
+                )?;
                 results.pop().expect("one result").map_err(to_py)
             }
             None => {
                 // The buffer comes back to be released here, with the GIL held.
-                let (result, _buffer) = block_on(py, regions::get_into(&c, &key, buf));
+                let (result, _buffer) =
+                    block_on_lending(py, lent.clone(), regions::get_into(&c, &key, buf, lent))?;
                 result.map_err(to_py)
             }
         }
@@ -318,26 +322,26 @@ impl Client {
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let c = self.shared.get()?;
         let key = keys::key(key)?;
-        block_on(py, c.delete(&key)).map_err(to_py)
+        block_on(py, c.delete(&key))?.map_err(to_py)
     }
 
     fn exists(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let c = self.shared.get()?;
         let key = keys::key(key)?;
-        block_on(py, c.exists(&key)).map_err(to_py)
+        block_on(py, c.exists(&key))?.map_err(to_py)
     }
 
     fn put_many(&self, py: Python<'_>, items: &Bound<'_, PyAny>) -> PyResult<()> {
         let (keys, values) = self::items(items)?;
         // The buffers come back to be released here, with the GIL held.
-        let done = block_on(py, self.shared.put_many(keys, values)?);
+        let done = block_on(py, self.shared.put_many(keys, values)?)?;
         collect("put_many", &done.keys, done.results, none).map(drop)
     }
 
     fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
         let c = self.shared.get()?;
         let keys = keys::keys(keys)?;
-        let results = block_on(py, c.get_batch(&keys));
+        let results = block_on(py, c.get_batch(&keys))?;
         collect("get_many", &keys, results, bytes_or_none)
     }
 
@@ -349,24 +353,29 @@ impl Client {
     ) -> PyResult<Vec<Py<PyAny>>> {
         let c = self.shared.get()?;
         let keys = keys::keys(keys)?;
-        let bufs = writable_all(buffers, "buffers")?;
+        let mut bufs = writable_all(buffers, "buffers")?;
         check_counts(keys.len(), bufs.len())?;
         let routed = self.shared.regions.route(&bufs);
-        let (results, _buffers) = block_on(py, regions::get_many_into(&c, routed, &keys, bufs));
+        let lent = ByteBuffer::watch(&mut bufs);
+        let (results, _buffers) = block_on_lending(
+            py,
+            lent.clone(),
+            regions::get_many_into(&c, routed, &keys, bufs, lent),
+        )?;
         collect("get_many_into", &keys, results, plain)
     }
 
     fn exists_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
         let c = self.shared.get()?;
         let keys = keys::keys(keys)?;
-        let results = block_on(py, c.exists_batch(&keys));
+        let results = block_on(py, c.exists_batch(&keys))?;
         collect("exists_many", &keys, results, plain)
     }
 
     fn delete_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<Py<PyAny>>> {
         let c = self.shared.get()?;
         let keys = keys::keys(keys)?;
-        let results = block_on(py, c.delete_batch(&keys));
+        let results = block_on(py, c.delete_batch(&keys))?;
         collect("delete_many", &keys, results, plain)
     }
 

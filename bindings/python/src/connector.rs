@@ -19,7 +19,7 @@ use crate::config::Args;
 use crate::errors::describe;
 use crate::keys;
 use crate::regions;
-use crate::runtime::{block_on, runtime};
+use crate::runtime::{block_on, on_runtime_thread, runtime};
 
 /// `(future id, ok, error message, per-key results)`, as `drain_completions` returns them.
 type Completion = (u64, bool, String, Option<Vec<bool>>);
@@ -211,6 +211,7 @@ impl MemkvConnector {
 
     /// The eventfd written once per completed batch (read it, then `drain_completions`).
     fn event_fd(&self) -> PyResult<i32> {
+        self.shared.made_in.check("connector")?;
         self.completions.raw_fd()
     }
 
@@ -223,14 +224,15 @@ impl MemkvConnector {
     ) -> PyResult<u64> {
         let c = self.client()?;
         let keys = keys::keys(keys)?;
-        let bufs = writable_all(buffers, "buffers")?;
+        let mut bufs = writable_all(buffers, "buffers")?;
         check_counts(keys.len(), bufs.len())?;
         let routed = self.shared.regions.route(&bufs);
+        let lent = ByteBuffer::watch(&mut bufs);
         // A value shorter than its buffer leaves the rest of it stale: not loaded (LMCache's own
         // adapters count a short read as a failure too).
         let sizes: Vec<usize> = bufs.iter().map(ByteBuffer::len).collect();
         Ok(self.spawn(async move {
-            let (results, bufs) = regions::get_many_into(&c, routed, &keys, bufs).await;
+            let (results, bufs) = regions::get_many_into(&c, routed, &keys, bufs, lent).await;
             let whole = results
                 .into_iter()
                 .zip(sizes)
@@ -286,6 +288,9 @@ impl MemkvConnector {
 
     /// The batches completed since the last call, oldest first; resets the eventfd.
     fn drain_completions(&self) -> PyResult<Vec<Completion>> {
+        // In a fork the eventfd is the parent's own (one counter across the fork): draining it
+        // here would take the parent's wake-ups.
+        self.shared.made_in.check("connector")?;
         self.completions.drain()
     }
 
@@ -301,15 +306,31 @@ impl MemkvConnector {
 
     /// Waits for the batches in flight (each ends within the client's deadline), then closes
     /// the client and the eventfd; every method but `close` raises `memkv.Error` after it.
-    fn close(&self, py: Python<'_>) {
+    /// Interrupted (Ctrl-C), it raises with nothing closed; a later `close` waits again.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         let running = std::mem::take(&mut *self.running.lock().unwrap_or_else(|p| p.into_inner()));
-        block_on(py, async move {
-            for handle in running {
-                let _ = handle.await;
+        if self.shared.made_in.is_here() && !on_runtime_thread() {
+            let mut left = running.into_iter();
+            while let Some(mut handle) = left.next() {
+                if let Err(interrupted) = block_on(py, &mut handle) {
+                    // Still running: a later close waits for them again.
+                    let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+                    running.push(handle);
+                    running.extend(left);
+                    return Err(interrupted);
+                }
             }
-        });
+        } else if !self.shared.made_in.is_here() {
+            // A fork: the batches are tasks of the parent's runtime, whose threads are not
+            // in this process, so they never end here; they are the parent's to finish.
+            std::mem::forget(running);
+        }
+        // Else called by a finalizer that a batch's buffer release ran on a memkv thread:
+        // that batch cannot end before the finalizer does, so nothing is waited for (each
+        // batch ends within its deadline and releases its buffers then).
         self.shared.close();
         self.completions.close();
+        Ok(())
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -317,8 +338,8 @@ impl MemkvConnector {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> bool {
-        self.close(py);
-        false
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
     }
 }

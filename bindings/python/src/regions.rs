@@ -129,13 +129,15 @@ pub async fn put_many(
 /// Reads `keys[i]`'s value into `buffers[i]`: straight into the registered region when they all
 /// lie in one, else through the client's TCP path, which reads values of 64 KiB and more from
 /// the socket straight into their buffers. Returns the results and the buffers, less any a
-/// request whose deadline passed still held; it returns only once those are released, so
-/// that no read writes into memory Python has got back.
+/// request whose deadline passed still held; it returns only once those are released
+/// (`lent`, from [`ByteBuffer::watch`] on `buffers`), so that no read writes into memory
+/// Python has got back.
 pub async fn get_many_into(
     client: &RustClient,
     routed: Option<Routed>,
     keys: &[Vec<u8>],
-    mut buffers: Vec<ByteBuffer>,
+    buffers: Vec<ByteBuffer>,
+    lent: Released,
 ) -> (Vec<ClientResult<Option<usize>>>, Vec<ByteBuffer>) {
     match routed {
         Some(r) => {
@@ -161,9 +163,8 @@ pub async fn get_many_into(
             (results, buffers)
         }
         None => {
-            let released = ByteBuffer::watch(&mut buffers);
             let (results, returned) = client.get_batch_into_destinations(keys, buffers).await;
-            let returned = returned_and_released(returned.into_iter().flatten(), released).await;
+            let returned = returned_and_released(returned.into_iter().flatten(), lent).await;
             (results, returned)
         }
     }
@@ -174,11 +175,11 @@ pub async fn get_many_into(
 pub async fn get_into(
     client: &RustClient,
     key: &[u8],
-    mut buffer: ByteBuffer,
+    buffer: ByteBuffer,
+    lent: Released,
 ) -> (ClientResult<Option<usize>>, Option<ByteBuffer>) {
-    let released = ByteBuffer::watch(std::slice::from_mut(&mut buffer));
     let (result, returned) = client.get_into_destination(key, buffer).await;
-    let mut returned = returned_and_released(returned, released).await;
+    let mut returned = returned_and_released(returned, lent).await;
     (result, returned.pop())
 }
 

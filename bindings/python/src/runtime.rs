@@ -9,8 +9,11 @@
 
 use std::future::Future;
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 use pyo3::prelude::*;
+
+use crate::buffer::Released;
 
 /// The runtime and the process that started it.
 static RUNTIME: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
@@ -66,13 +69,81 @@ impl MadeIn {
     }
 }
 
-/// Runs `work` to completion with the GIL released.
-pub fn block_on<F>(py: Python<'_>, work: F) -> F::Output
+/// How long a blocking call waits before it looks at pending signals again: the delay
+/// before Ctrl-C interrupts it.
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+/// Runs `work` to completion with the GIL released. Every [`SIGNAL_CHECK`] it takes the GIL
+/// to run Python's signal handlers; when one raises (Ctrl-C's KeyboardInterrupt), `work` is
+/// dropped, which cancels the operation, and the exception is returned.
+pub fn block_on<F>(py: Python<'_>, work: F) -> PyResult<F::Output>
 where
     F: Future + Send,
     F::Output: Send,
 {
-    py.detach(|| runtime().block_on(work))
+    let mut work = std::pin::pin!(work);
+    loop {
+        let step = py.detach(|| {
+            wait(async {
+                tokio::select! {
+                    biased;
+                    out = &mut work => Some(out),
+                    () = tokio::time::sleep(SIGNAL_CHECK) => None,
+                }
+            })
+        });
+        match step {
+            Some(out) => return Ok(out),
+            None => py.check_signals()?,
+        }
+    }
+}
+
+/// [`block_on`] for an operation that lent the buffers `lent` watches to the client's
+/// readers: interrupted, it returns once they are released, so that no read writes into
+/// memory Python has got back (a reader whose caller is gone lets go at once).
+pub fn block_on_lending<F>(py: Python<'_>, lent: Released, work: F) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let mut work = Box::pin(work);
+    block_on(py, work.as_mut()).inspect_err(|_| {
+        py.detach(|| {
+            // Dropped with the GIL released: releasing a buffer takes it.
+            drop(work);
+            wait(lent.all());
+        });
+    })
+}
+
+/// Whether this thread is one of a runtime's (a worker, or one running blocking work), where
+/// Python code runs only when memkv runs it: a finalizer run as a buffer is released.
+pub fn on_runtime_thread() -> bool {
+    tokio::runtime::Handle::try_current().is_ok()
+}
+
+/// Runs `work` on the runtime from any thread. Python code can run on the runtime's own
+/// threads (a finalizer run when a buffer is released there), where the runtime's
+/// `block_on` refuses to nest: there the worker hands its other tasks to a new thread while
+/// it waits (`block_in_place`), so nothing it had queued waits on it.
+fn wait<F>(work: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Err(_) => runtime().block_on(work),
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| runtime().block_on(work)),
+        // Another library's single-threaded runtime: it cannot hand its tasks over, so the
+        // wait happens on a thread of its own.
+        Ok(_) => std::thread::scope(|s| {
+            s.spawn(|| runtime().block_on(work))
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        }),
+    }
 }
 
 /// Tells pyo3-async-runtimes to use our runtime for `AsyncClient`'s futures. It takes one

@@ -4,6 +4,9 @@ submit without blocking, wait on the eventfd from an event loop, drain completio
 import asyncio
 import os
 import selectors
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -174,3 +177,61 @@ def test_buffers_are_checked_at_submit(server: MemkvServer) -> None:
         conn.submit_batch_get(["k"], [memoryview(b"read-only")])
     with pytest.raises(ValueError, match="2 keys but 1 buffers"):
         conn.submit_batch_set(["a", "b"], [memoryview(b"x")])
+
+
+FORKED_CONNECTOR = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    import memkv
+
+    addr, key = sys.argv[1], sys.argv[2]
+    conn = memkv.MemkvConnector(servers=[addr], auth_key=key, transport="tcp", timeout_ms=3000)
+    conn.submit_batch_get(["fork/k"], [bytearray(1 << 20)])  # in flight: the server is paused
+    pid = os.fork()
+    if pid == 0:
+        status = 0
+        for name in ("event_fd", "drain_completions"):
+            try:
+                getattr(conn, name)()
+                print(f"child: {name} worked on the parent's eventfd", flush=True)
+                status = 1
+            except memkv.Error as e:
+                if "fork" not in str(e):
+                    print(f"child: {name}: {e}", flush=True)
+                    status = 1
+        conn.close()  # the parent's batch is the parent's: not waited for here
+        os._exit(status)
+    deadline = time.monotonic() + 20  # several times the batch's own deadline
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print("child exit", os.waitstatus_to_exitcode(status))
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        print("child hung in close()")
+    conn.close()
+    """
+)
+
+
+def test_a_connector_inherited_by_a_fork_refuses_there_and_closes_without_waiting() -> None:
+    """A forked child (multiprocessing's fork) inherits the parent's connector: its eventfd
+    is the parent's (draining it would take the parent's wake-ups) and its batches run on
+    the parent's threads, which the child does not have. The child's copy refuses, and
+    closing it leaves the parent's batches alone instead of waiting for them forever."""
+    with MemkvServer() as srv:
+        srv.client(transport="tcp").put("fork/k", bytes(1 << 20))
+        srv.pause()
+        try:
+            p = subprocess.run(
+                [sys.executable, "-c", FORKED_CONNECTOR, srv.address, srv.auth_key],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            srv.resume()
+    assert "child exit 0" in p.stdout, (p.stdout, p.stderr[-2000:])

@@ -91,6 +91,10 @@ def test_registered_pool_moves_without_copies(
     # A TCP client sees what the pool sent.
     with rdma_server.client(transport="tcp") as tcp:
         assert tcp.get(keys[0]) == pattern(page, 100).tobytes()
+    # A single put from the pool fails as any single put does: its own error, no batch keys.
+    with pytest.raises(memkv.TooLargeError, match="key of 2000 bytes") as info:
+        rdma_client.put("k" * 2000, pool[:page])
+    assert info.value.keys is None and info.value.results is None
 
 
 def test_connector_over_rdma_with_a_registered_arena(
