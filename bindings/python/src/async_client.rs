@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::PyBytes;
 use pyo3_async_runtimes::tokio::future_into_py;
 
 use crate::buffer::ByteBuffer;
@@ -188,19 +188,5 @@ impl AsyncClient {
 
     fn close(&self) {
         self.shared.close();
-    }
-
-    fn __aenter__<'py>(slf: Py<Self>, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        future_into_py(py, async move { Ok(slf) })
-    }
-
-    #[pyo3(signature = (*_exc))]
-    fn __aexit__<'py>(
-        &self,
-        py: Python<'py>,
-        _exc: &Bound<'py, PyTuple>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.shared.close();
-        future_into_py(py, async move { Ok(false) })
     }
 }

@@ -60,3 +60,29 @@ async def test_get_many_into_refuses_overlapping_buffers(server: MemkvServer) ->
         assert pool == bytearray(16)
         assert await c.get_many_into(["a/ov0", "a/ov1"], [view[:4], view[4:8]]) == [4, 4]
         assert pool[:8] == b"00001111"
+
+
+async def test_methods_are_coroutines_that_tasks_can_run(server: MemkvServer) -> None:
+    """asyncio.create_task and TaskGroup take coroutines only: each method is one."""
+    async with make(server) as c:
+        await asyncio.create_task(c.put("task/k", b"v"))
+        assert await asyncio.create_task(c.get("task/k")) == b"v"
+        async with asyncio.TaskGroup() as tg:
+            exists = tg.create_task(c.exists_many(["task/k"]))
+            tg.create_task(c.put("task/k2", b"w"))
+            tg.create_task(c.put_many([("task/k3", b"x")]))
+        assert exists.result() == [True]
+        assert await asyncio.create_task(c.get_many(["task/k3"])) == [b"x"]
+        assert await asyncio.create_task(c.exists("task/k2"))
+        assert await asyncio.create_task(c.delete("task/k3"))
+        deleted = await asyncio.create_task(c.delete_many(["task/k", "task/k2"]))
+        assert deleted == [True, True]
+
+
+async def test_argument_errors_are_raised_when_awaited(server: MemkvServer) -> None:
+    async with make(server) as c:
+        put = c.put(7, b"v")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="key must be str or bytes"):
+            await put
+        with pytest.raises(TypeError, match=r"keys\[1\]"):
+            await c.get_many(["a", None])  # type: ignore[list-item]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterable
-from typing import TYPE_CHECKING, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from . import _memkv
 from ._memkv import (
@@ -35,10 +36,50 @@ _T = TypeVar("_T")
 class AsyncClient(_memkv.AsyncClient):
     """``Client``'s operations as asyncio coroutines.
 
+    The native methods return asyncio futures; each is wrapped in a coroutine here, so that
+    ``asyncio.create_task`` and ``TaskGroup.create_task`` take them (argument errors are then
+    raised when the coroutine runs, as for any coroutine).
+
     ``get_into`` and ``get_many_into`` write into the caller's buffers. Cancelled, they still
     wait for their read to end (its deadline at the latest) before the cancellation goes on:
     until then the read may write into the buffers, which the caller would take back as free.
     """
+
+    async def put(self, key: Key, value: BufferLike) -> None:
+        return await super().put(key, value)
+
+    async def get(self, key: Key) -> bytes | None:
+        return await super().get(key)
+
+    async def delete(self, key: Key) -> bool:
+        return await super().delete(key)
+
+    async def exists(self, key: Key) -> bool:
+        return await super().exists(key)
+
+    async def put_many(self, items: Iterable[tuple[Key, BufferLike]]) -> None:
+        return await super().put_many(items)
+
+    async def get_many(self, keys: Iterable[Key]) -> list[bytes | None]:
+        return await super().get_many(keys)
+
+    async def exists_many(self, keys: Iterable[Key]) -> list[bool]:
+        return await super().exists_many(keys)
+
+    async def delete_many(self, keys: Iterable[Key]) -> list[bool]:
+        return await super().delete_many(keys)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self.close()
+        return False
 
     async def get_into(self, key: Key, buffer: BufferLike) -> int | None:
         return await _until_done(super().get_into(key, buffer))
