@@ -6,6 +6,7 @@ import ctypes
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import numpy as np
 import pytest
@@ -63,10 +64,10 @@ def test_buffers_of_python_objects_are_refused_by_name(client: memkv.Client) -> 
     """Storing object pointers would store heap addresses; reading into them, corrupt the
     interpreter. numpy object arrays, structured arrays with an object field and ctypes
     py_object arrays all say their items are objects."""
-    objects = [
+    objects: list[Any] = [
         np.array([1, "a"], dtype=object),
         np.zeros(2, dtype=[("a", "O"), ("b", "<i4")]),
-        (ctypes.py_object * 2)(1, 2),
+        (ctypes.py_object * 2)(),
     ]
     client.put("objects/k", bytes(64))
     for obj in objects:
