@@ -63,6 +63,11 @@ impl Client {
         if let Some(done) = self.get_local(key, ItemDest::Vec(buf)).await {
             return done.map(|len| len.is_some());
         }
+        self.get_into_remote(key, buf).await
+    }
+
+    /// [`Client::get_into`] over RDMA or TCP.
+    async fn get_into_remote(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
         let index = self.owner_index(key);
         if let Some(rdma) = self.rdma() {
             match self.get_rdma(rdma, index, key, buf).await {
@@ -103,8 +108,9 @@ impl Client {
         if let Some(done) = self.get_local(key, ItemDest::Slice(&mut *buf)).await {
             return done;
         }
+        // Not through shared memory: a get into a small buffer goes over TCP under `auto`.
         let mut value = Vec::new();
-        if !self.get_into(key, &mut value).await? {
+        if !self.get_into_remote(key, &mut value).await? {
             return Ok(None);
         }
         copy_into(&value, buf).map(Some)

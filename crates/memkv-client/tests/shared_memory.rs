@@ -195,7 +195,7 @@ async fn a_stopped_servers_arena_is_unmapped() {
     config.transport = Transport::Auto;
     config.timeout = Duration::from_secs(2);
     let c = Client::connect(config).await.unwrap();
-    c.put(b"k", &pattern(100_000, 1)).await.unwrap();
+    c.put(b"k", &pattern(200_000, 1)).await.unwrap();
     assert_eq!(c.shared_memory_servers().len(), 1, "attached");
     assert_eq!(
         arena_mappings(LEN),
@@ -205,7 +205,7 @@ async fn a_stopped_servers_arena_is_unmapped() {
 
     server.shutdown().await.unwrap();
     for round in 0..3 {
-        assert!(c.put(b"k", &pattern(100_000, 2)).await.is_err());
+        assert!(c.put(b"k", &pattern(200_000, 2)).await.is_err());
         assert!(c.get(b"k").await.is_err());
         tokio::time::sleep(Duration::from_millis(150 * (round + 1))).await;
     }

@@ -12,6 +12,19 @@ use crate::client::Client;
 use crate::{Error, Result};
 use futures::future::join_all;
 
+/// Under `auto`, the smallest value a put sends through shared memory. A shared-memory put is
+/// two round trips (Allocate, Commit) around a `memcpy`, a TCP put one round trip and two kernel
+/// copies: below this the second round trip costs more than the copies save (on loopback, 2
+/// cores: 64 KiB puts 47 us against TCP's 38 us at p50, 128 KiB 50 against 55; docs/benchmarks.md).
+const LOCAL_PUT_MIN: usize = 128 << 10;
+/// Under `auto`, the smallest caller buffer a get reads into through shared memory. A get's
+/// value size is not known before it is looked up; a buffer of the engine's block size says
+/// it, and so does a reused vector's capacity (what it last held). Lookup and Release cost a
+/// get more than Allocate and Commit a put (256 KiB gets 89 us against TCP's 68, 512 KiB 115
+/// against 114, 1 MiB 138 against 202). A new vector says nothing: its get goes through
+/// shared memory, the faster way for the blocks of megabytes engines usually move.
+const LOCAL_GET_MIN: usize = 512 << 10;
+
 /// One item's destination in a batch get.
 pub(crate) enum ItemDest<'a> {
     Vec(&'a mut Vec<u8>),
@@ -38,21 +51,28 @@ impl Client {
     }
 
     /// Groups `owners` (per item, its server when the item is valid) by attached server;
-    /// items of servers that cannot be attached under `shm` get the error in `out`.
+    /// items of servers that cannot be attached under `shm` get the error in `out`. Under
+    /// `auto`, items that `worth_it` turns down are left for TCP or RDMA (their servers are
+    /// attached all the same, for the items that are).
     async fn attached_groups<T>(
         &self,
         op: &'static str,
         owners: &[Option<usize>],
+        worth_it: impl Fn(usize) -> bool,
         out: &mut [Option<Result<T>>],
     ) -> Vec<(usize, Arc<Attached>, Vec<usize>)> {
-        if self.inner.local.is_none() {
+        let Some(local) = self.inner.local.as_ref() else {
             return Vec::new();
-        }
+        };
+        let strict = local.strict();
         let arenas = self.local_arenas(owners.iter().flatten().copied()).await;
         let mut groups: Vec<Option<(Arc<Attached>, Vec<usize>)>> =
             (0..arenas.len()).map(|_| None).collect();
         for (item, owner) in owners.iter().enumerate() {
             let Some(server) = *owner else { continue };
+            if !strict && !worth_it(item) {
+                continue;
+            }
             match &arenas[server] {
                 Some(Ok(Some(at))) => groups[server]
                     .get_or_insert_with(|| (Arc::clone(at), Vec::new()))
@@ -85,7 +105,8 @@ impl Client {
                     .then(|| self.owner_index(k))
             })
             .collect();
-        let groups = self.attached_groups(op, &owners, &mut out).await;
+        let worth_it = |i: usize| items[i].1.as_ref().len() >= LOCAL_PUT_MIN;
+        let groups = self.attached_groups(op, &owners, worth_it, &mut out).await;
         let done = join_all(groups.iter().map(|(server, at, chosen)| async move {
             let keys: Vec<&[u8]> = chosen.iter().map(|&i| items[i].0.as_ref()).collect();
             let values: Vec<&[u8]> = chosen.iter().map(|&i| items[i].1.as_ref()).collect();
@@ -115,7 +136,11 @@ impl Client {
                 self.check_key(k).is_ok().then(|| self.owner_index(k))
             })
             .collect();
-        let groups = self.attached_groups(op, &owners, &mut out).await;
+        let worth_it = |i: usize| match &dests[i] {
+            ItemDest::Vec(v) => v.capacity() == 0 || v.capacity() >= LOCAL_GET_MIN,
+            ItemDest::Slice(s) => s.len() >= LOCAL_GET_MIN,
+        };
+        let groups = self.attached_groups(op, &owners, worth_it, &mut out).await;
         if groups.is_empty() {
             return out;
         }

@@ -57,6 +57,8 @@ pub enum BenchTransport {
     Rdma,
     /// The same-host transport (servers on this host; `--local` starts one).
     Shm,
+    /// What a client's default does: shared memory where it pays, RDMA where it is up, else TCP.
+    Auto,
 }
 
 /// Options of `memkv bench`. Servers, auth key and deadline come from the global flags
@@ -214,6 +216,7 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
         BenchTransport::Tcp => Transport::Tcp,
         BenchTransport::Rdma => Transport::Rdma,
         BenchTransport::Shm => Transport::Shm,
+        BenchTransport::Auto => Transport::Auto,
     };
     let flags = crate::flags(global);
     let (mut config, timeout_set, local) = if args.local {
@@ -263,6 +266,7 @@ async fn bench(global: &GlobalArgs, args: BenchArgs) -> Result<(), Exit> {
             BenchTransport::Tcp => "tcp",
             BenchTransport::Rdma => "rdma",
             BenchTransport::Shm => "shm",
+            BenchTransport::Auto => "auto",
         },
         servers: &servers,
         local: args.local,
