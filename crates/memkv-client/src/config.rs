@@ -382,8 +382,12 @@ fn check_servers(servers: Vec<String>, origin: &str) -> Result<Vec<String>> {
         return Err(Error::Config(format!("{origin}: the server list is empty")));
     }
     for (i, s) in servers.iter().enumerate() {
-        check_server_address(s)
-            .map_err(|why| Error::Config(format!("{origin}: server {} ({s:?}) {why}", i + 1)))?;
+        server_address_problem(s).map_or(Ok(()), |why| {
+            Err(Error::Config(format!(
+                "{origin}: server {} ({s:?}) is not host:port: {why}",
+                i + 1
+            )))
+        })?;
         if servers[..i].contains(s) {
             return Err(Error::Config(format!(
                 "{origin}: server {s:?} is listed twice"
@@ -393,14 +397,52 @@ fn check_servers(servers: Vec<String>, origin: &str) -> Result<Vec<String>> {
     Ok(servers)
 }
 
-fn check_server_address(s: &str) -> std::result::Result<(), &'static str> {
-    let (host, port) = s.rsplit_once(':').ok_or("is not host:port")?;
-    if host.is_empty() || host.trim() != host {
-        return Err("has no host");
+/// What is wrong with a server's data address, when it is not `HOST:PORT` (a host name, an
+/// IPv4 address or a bracketed IPv6 address; a port from 1 to 65534, since the admin API
+/// listens on port + 1). Caught here rather than by a resolver that fails later with a less
+/// helpful error (`http://h:9900` would be looked up as the host `http`).
+pub fn server_address_problem(server: &str) -> Option<String> {
+    if let Some((scheme, _)) = server.split_once("://") {
+        return Some(format!("drop the \"{scheme}://\""));
+    }
+    let Some((host, port)) = server.rsplit_once(':') else {
+        return Some("there is no :PORT".into());
+    };
+    if let Err(why) = check_host(host) {
+        return Some(why);
     }
     match port.parse::<u16>() {
-        Ok(p) if p > 0 && p < u16::MAX => Ok(()),
-        _ => Err("has no valid port (1..=65534; the admin API uses port + 1)"),
+        Ok(p) if port.bytes().all(|b| b.is_ascii_digit()) && p > 0 && p < u16::MAX => None,
+        _ => Some(format!(
+            "port {port:?} is not a number from 1 to 65534 (the admin API uses port + 1)"
+        )),
+    }
+}
+
+/// A host name, an IPv4 address or a bracketed IPv6 address; why not, otherwise.
+fn check_host(host: &str) -> std::result::Result<(), String> {
+    if host.is_empty() {
+        return Err("the host is empty".into());
+    }
+    if let Some(inner) = host.strip_prefix('[') {
+        return match inner
+            .strip_suffix(']')
+            .map(str::parse::<std::net::Ipv6Addr>)
+        {
+            Some(Ok(_)) => Ok(()),
+            _ => Err(format!("{host:?} is not a bracketed IPv6 address")),
+        };
+    }
+    if host.contains(':') {
+        return Err("an IPv6 address goes in brackets".into());
+    }
+    // Host names are letters, digits, '-' and '.' (and '_', which some resolvers allow).
+    match host
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')))
+    {
+        Some(c) => Err(format!("the host {host:?} holds {c:?}")),
+        None => Ok(()),
     }
 }
 

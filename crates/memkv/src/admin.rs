@@ -17,53 +17,14 @@ use crate::http::{AdminClient, TlsOptions};
 pub fn admin_address(server: &str) -> Result<String, String> {
     const EXPECTED: &str =
         "expected HOST:PORT, the data address (e.g. 10.0.0.1:9900, memkv1:9900 or [fd00::1]:9900)";
-    let bad = |why: &str| format!("server {server:?} is not host:port: {why}; {EXPECTED}");
-    if let Some((scheme, _)) = server.split_once("://") {
-        return Err(bad(&format!("drop the \"{scheme}://\"")));
+    if let Some(why) = memkv_client::config::server_address_problem(server) {
+        return Err(format!(
+            "server {server:?} is not host:port: {why}; {EXPECTED}"
+        ));
     }
-    let (host, port) = server
-        .rsplit_once(':')
-        .ok_or_else(|| bad("there is no :PORT"))?;
-    check_host(host).map_err(|why| bad(&why))?;
-    let port: u16 = match port.parse() {
-        Ok(p) if port.bytes().all(|b| b.is_ascii_digit()) && p > 0 => p,
-        _ => {
-            return Err(bad(&format!(
-                "port {port:?} is not a number from 1 to 65534"
-            )));
-        }
-    };
-    let admin = port
-        .checked_add(1)
-        .ok_or_else(|| bad(&format!("port {port} has no port + 1 for the admin API")))?;
-    Ok(format!("{host}:{admin}"))
-}
-
-/// A host name, an IPv4 address or a bracketed IPv6 address; why not, otherwise.
-fn check_host(host: &str) -> Result<(), String> {
-    if host.is_empty() {
-        return Err("the host is empty".into());
-    }
-    if let Some(inner) = host.strip_prefix('[') {
-        return match inner
-            .strip_suffix(']')
-            .map(str::parse::<std::net::Ipv6Addr>)
-        {
-            Some(Ok(_)) => Ok(()),
-            _ => Err(format!("{host:?} is not a bracketed IPv6 address")),
-        };
-    }
-    if host.contains(':') {
-        return Err("an IPv6 address goes in brackets".into());
-    }
-    // Host names are letters, digits, '-' and '.' (and '_', which some resolvers allow).
-    match host
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')))
-    {
-        Some(c) => Err(format!("the host {host:?} holds {c:?}")),
-        None => Ok(()),
-    }
+    let (host, port) = server.rsplit_once(':').expect("checked: HOST:PORT");
+    let port: u16 = port.parse().expect("checked: a port below 65535");
+    Ok(format!("{host}:{}", port + 1))
 }
 
 /// One server's answer.

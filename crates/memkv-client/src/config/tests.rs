@@ -117,6 +117,19 @@ fn unknown_keys_and_bad_values_name_the_key() {
         &[("MEMKV_AUTH_KEY", KEY_A), ("MEMKV_SERVERS", "nohost")],
     );
     assert!(e.contains("MEMKV_SERVERS") && e.contains("nohost"), "{e}");
+    // Caught here, not by a resolver asked for the host "http" or "bad host" later.
+    for (servers, says) in [
+        ("http://a:9900", "drop the \"http://\""),
+        ("bad host:9900", "holds ' '"),
+        ("::1:9900", "in brackets"),
+        ("a:9900/v1", "is not a number"),
+    ] {
+        let e = err(
+            None,
+            &[("MEMKV_AUTH_KEY", KEY_A), ("MEMKV_SERVERS", servers)],
+        );
+        assert!(e.contains("MEMKV_SERVERS") && e.contains(says), "{e}");
+    }
     let e = err(
         None,
         &[("MEMKV_AUTH_KEY", KEY_A), ("MEMKV_SERVERS", "a:1,a:1")],
