@@ -118,6 +118,11 @@ pub enum NetCommand {
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// The server's configuration, whose rdma.* settings (pkey_index, mtu, service_level,
+        /// traffic_class, gid_index) are checked (default: /etc/memkv/config.yaml if present).
+        /// The client's pkey_index and mtu (MEMKV_CONFIG, MEMKV_RDMA_PKEY_INDEX) are read too.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
     },
     /// Prove the data path to a server end to end: connect, authenticate, report the transport
     /// negotiated (RC, or TCP and why RDMA was not used), write a random block, read it back
@@ -157,6 +162,11 @@ pub enum NetCommand {
         /// JSON instead of text (the same content).
         #[arg(long)]
         json: bool,
+        /// The server's configuration, whose rdma.* settings (pkey_index, mtu, service_level,
+        /// traffic_class, gid_index) are checked (default: /etc/memkv/config.yaml if present).
+        /// The client's pkey_index and mtu (MEMKV_CONFIG, MEMKV_RDMA_PKEY_INDEX) are read too.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
         /// TEST DOUBLE: read a fixture tree laid out like / instead of this host (tests only).
         #[arg(long, hide = true, value_name = "DIR")]
         fixture_root: Option<PathBuf>,

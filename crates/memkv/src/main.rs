@@ -47,7 +47,12 @@ fn run(cli: Cli) -> Result<(), Exit> {
         Command::Start { config } => start::start(config.as_deref()),
         Command::Keygen => keygen(),
         Command::Setup(args) => setup::run(args),
-        Command::Net(NetCommand::Show { device, port, json }) => net::show(device, port, json),
+        Command::Net(NetCommand::Show {
+            device,
+            port,
+            json,
+            config,
+        }) => net::show(device, port, json, config.as_deref()),
         Command::Net(NetCommand::Verify {
             server,
             device,
@@ -74,6 +79,7 @@ fn run(cli: Cli) -> Result<(), Exit> {
             watch,
             server,
             json,
+            config,
             fixture_root,
         }) => {
             let args = net::doctor::DoctorArgs {
@@ -81,6 +87,7 @@ fn run(cli: Cli) -> Result<(), Exit> {
                 watch,
                 server,
                 json,
+                config,
                 fixture_root,
             };
             let flags = flags(&cli.global);

@@ -177,6 +177,51 @@ async fn net_verify_proves_the_path_or_names_the_failure() {
     server.shutdown().await.unwrap();
 }
 
+/// `net show` says which server configuration file and which client settings it read, the
+/// server's values marked `rdma.` (JSON output keeps stdout one document: that goes to stderr).
+#[test]
+fn net_show_names_the_server_and_client_settings_it_read() {
+    let dir = scratch("net-show-settings");
+    let server = dir.join("server.yaml");
+    std::fs::write(&server, "rdma:\n  pkey_index: 1\n  mtu: 2048\n").unwrap();
+    let client = dir.join("client.yaml");
+    std::fs::write(&client, "pkey_index: 3\n").unwrap();
+    let o = bare("net-show-settings-state")
+        .env("MEMKV_CONFIG", &client)
+        .args(["net", "show", "--config"])
+        .arg(&server)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let code = o.status.code().unwrap();
+    assert!(
+        code == 0 || code == memkv_fabric::EXIT_NO_RDMA_DEVICES,
+        "{out}{}",
+        stderr(&o)
+    );
+    assert!(
+        out.contains(&format!(
+            "server settings   : {} (rdma.pkey_index 1, rdma.mtu 2048",
+            server.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "client settings   : MEMKV_CONFIG {} (pkey_index 3,",
+            client.display()
+        )),
+        "{out}"
+    );
+    let o = bare("net-show-settings-state")
+        .args(["net", "show", "--json", "--config"])
+        .arg(dir.join("missing.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("missing.yaml"), "{}", stderr(&o));
+}
+
 #[test]
 fn net_show_reports_no_devices_or_ports() {
     // This machine may or may not have RDMA devices: both outcomes are checked for shape.

@@ -158,8 +158,13 @@ pub struct DoctorOptions {
     pub watch: Option<Duration>,
     /// The server's rails, fetched by the caller from `/v1/status`.
     pub server: Option<ServerRails>,
-    /// The fabric knobs memkv would run with (as `net show` takes them).
+    /// The fabric knobs memkv would run with (as `net show` takes them): the server's
+    /// `rdma.*` settings on a server node, else the client's.
     pub config: FabricConfig,
+    /// The client's knobs (`MEMKV_CONFIG`, `MEMKV_RDMA_PKEY_INDEX`) when they are read beside
+    /// a server's `config`: where their P_Key index or MTU differ from `config`'s, the
+    /// `stack.pkey` and `stack.mtu` checks run for them too, on subjects marked `(client)`.
+    pub client_config: Option<FabricConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -243,6 +248,17 @@ pub fn doctor(src: &DoctorSources<'_>, opts: &DoctorOptions) -> Result<DoctorRep
     checks.push(stack::devices(&plans, no_devices.as_deref()));
     for plan in &plans {
         checks.extend(stack::port(plan));
+    }
+    if let Some(client) = &opts.client_config
+        && (client.pkey_index, client.mtu) != (opts.config.pkey_index, opts.config.mtu)
+        && let Planned::Ports(client_plans) = plan_all(&sources, client)?
+    {
+        for plan in client_plans
+            .iter()
+            .filter(|p| opts.device.as_ref().is_none_or(|d| &p.facts.device == d))
+        {
+            checks.extend(stack::port_settings(plan, " (client)"));
+        }
     }
     checks.extend(stack::subnets(&plans));
 

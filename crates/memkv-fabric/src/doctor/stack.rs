@@ -216,6 +216,16 @@ pub fn port(plan: &PortPlan) -> Vec<Finding> {
         })
     };
     let link = link_layer(plan, &subject);
+    let mut out = vec![state, link];
+    out.extend(port_settings(plan, ""));
+    out
+}
+
+/// The P_Key and MTU checks of one port, which depend on the configured settings; `label`
+/// follows the port in the subject (" (client)" for the client's settings beside a server's).
+pub fn port_settings(plan: &PortPlan, label: &str) -> Vec<Finding> {
+    let f = &plan.facts;
+    let subject = format!("{}{label}", port_subject(plan));
     let pkey = match &plan.pkey {
         Ok(p) => Finding::ok(
             "stack.pkey",
@@ -239,7 +249,7 @@ pub fn port(plan: &PortPlan) -> Vec<Finding> {
                 f.device
             )),
     };
-    vec![state, link, pkey, mtu]
+    vec![pkey, mtu]
 }
 
 fn link_layer(plan: &PortPlan, subject: &str) -> Finding {

@@ -10,11 +10,10 @@ use memkv_fabric::doctor::{
 };
 use memkv_fabric::doubles::FixtureVerbs;
 use memkv_fabric::verbs::VerbsReader;
-use memkv_fabric::{FabricConfig, client_pkey_index_from_env};
 use memkv_server::admin::StatusReport;
 
 use crate::admin::admin_address;
-use crate::exit::{self, Exit};
+use crate::exit::Exit;
 use crate::http;
 
 /// What `memkv net doctor` was asked to do.
@@ -23,13 +22,18 @@ pub struct DoctorArgs {
     pub watch: Option<u64>,
     pub server: Option<String>,
     pub json: bool,
+    /// The server's configuration (default: /etc/memkv/config.yaml, under the fixture root
+    /// with `fixture_root`, when it exists).
+    pub config: Option<PathBuf>,
     /// TEST DOUBLE: read this fixture tree instead of the host.
     pub fixture_root: Option<PathBuf>,
 }
 
 pub fn run(args: DoctorArgs, deadline: Duration) -> Result<(), Exit> {
-    let pkey_index =
-        client_pkey_index_from_env(None).map_err(|e| Exit::with(exit::FAILURE, e.to_string()))?;
+    let settings = super::settings::FabricSettings::load(
+        args.config.as_deref(),
+        args.fixture_root.as_deref(),
+    )?;
     let server = args.server.as_ref().map(|s| ServerRails {
         server: s.clone(),
         rails: server_rails(s, deadline),
@@ -38,10 +42,8 @@ pub fn run(args: DoctorArgs, deadline: Duration) -> Result<(), Exit> {
         device: args.device,
         watch: args.watch.map(Duration::from_secs),
         server,
-        config: FabricConfig {
-            pkey_index,
-            ..FabricConfig::default()
-        },
+        config: settings.primary(),
+        client_config: settings.secondary_client(),
     };
     let report = match &args.fixture_root {
         Some(root) => {
@@ -65,14 +67,12 @@ pub fn run(args: DoctorArgs, deadline: Duration) -> Result<(), Exit> {
         }
     }
     .map_err(|e| Exit::with(e.exit_code(), e.to_string()))?;
-    out!(
-        "{}",
-        if args.json {
-            report.json()
-        } else {
-            report.text()
-        }
-    );
+    if args.json {
+        eprintln!("{}", settings.describe().trim_end());
+        out!("{}", report.json());
+    } else {
+        out!("{}{}", settings.describe(), report.text());
+    }
     match report.exit_code() {
         0 => Ok(()),
         code => Err(Exit::silent(code)),

@@ -1,8 +1,10 @@
 //! `memkv net show` (from memkv-fabric), `memkv net verify` and `memkv net doctor` ([`doctor`]).
 
 pub mod doctor;
+mod settings;
 
-use memkv_fabric::{FabricConfig, ShowFilter, client_pkey_index_from_env, net_show_system};
+use memkv_fabric::{ShowFilter, net_show_system};
+use std::path::Path;
 
 use std::time::Instant;
 
@@ -10,17 +12,25 @@ use memkv_client::{Client, ConfigSources, Setting, Transport};
 
 use crate::exit::{self, Exit};
 
-pub fn show(device: Option<String>, port: Option<u8>, json: bool) -> Result<(), Exit> {
-    let pkey_index =
-        client_pkey_index_from_env(None).map_err(|e| Exit::with(exit::FAILURE, e.to_string()))?;
-    let config = FabricConfig {
-        pkey_index,
-        ..FabricConfig::default()
-    };
+/// Ports as planned with the server's settings on a server node (`config`, else the default
+/// config file when it exists), else the client's; which file and variables were read comes
+/// first (on stderr with `--json`, so the JSON stays one document).
+pub fn show(
+    device: Option<String>,
+    port: Option<u8>,
+    json: bool,
+    config: Option<&Path>,
+) -> Result<(), Exit> {
+    let settings = settings::FabricSettings::load(config, None)?;
     let filter = ShowFilter { device, port };
-    match net_show_system(&config, &filter) {
+    match net_show_system(&settings.primary(), &filter) {
         Ok(show) => {
             let text = if json { show.json() } else { show.text() };
+            if json {
+                eprintln!("{}", settings.describe().trim_end());
+            } else {
+                out!("{}", settings.describe());
+            }
             out!("{text}");
             if !text.ends_with('\n') {
                 outln!();
