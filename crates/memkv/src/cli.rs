@@ -131,7 +131,8 @@ pub enum NetCommand {
         /// The server, HOST:PORT.
         #[arg(long, value_name = "HOST:PORT")]
         server: String,
-        /// The local RDMA device to use (default: any usable one).
+        /// The local RDMA device to use (default: any usable one). Naming one asks for RDMA:
+        /// a fall-back to TCP then fails (exit 8, as --require-rdma) instead of VERIFIED.
         #[arg(long, value_name = "DEV")]
         device: Option<String>,
         /// The auth key, 64 hex characters (default: MEMKV_AUTH_KEY, then the local key file).

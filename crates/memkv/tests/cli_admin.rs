@@ -177,6 +177,49 @@ async fn net_verify_proves_the_path_or_names_the_failure() {
     server.shutdown().await.unwrap();
 }
 
+/// InfiniBand runbook, "Prove the data plane": `memkv net verify --server ... --device mlx5_0
+/// --auth-key ...`; VERIFIED means the addressing, partition and MTU agree end to end, which
+/// are RDMA facts. Naming a device asks for RDMA, so a TCP fall-back fails (exit 8, as with
+/// --require-rdma) and names why RDMA was not used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn net_verify_with_a_named_device_fails_instead_of_verifying_over_tcp() {
+    let server = start_server().await;
+    let addr = server.data_addr().to_string();
+    let a = addr.clone();
+    let o = tokio::task::spawn_blocking(move || {
+        let mut cmd = memkv(&a, KEY_HEX);
+        cmd.args([
+            "net",
+            "verify",
+            "--server",
+            &a,
+            "--device",
+            "mlx5_0",
+            "--auth-key",
+            KEY_HEX,
+        ]);
+        cmd.output().unwrap()
+    })
+    .await
+    .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = stderr(&o);
+    server.shutdown().await.unwrap();
+    if !out.contains("TCP (RDMA not used") {
+        // A host where mlx5_0 really works: the block moved over RDMA.
+        assert!(o.status.success(), "{out}{err}");
+        assert!(out.contains("VERIFIED"), "{out}");
+        return;
+    }
+    assert!(!out.contains("VERIFIED"), "{out}");
+    assert_eq!(o.status.code(), Some(8), "{out}{err}");
+    assert!(
+        err.contains("net verify FAILED: --device mlx5_0 asks for RDMA")
+            && err.contains("RDMA not used:"),
+        "{err}"
+    );
+}
+
 /// `net show` says which server configuration file and which client settings it read, the
 /// server's values marked `rdma.` (JSON output keeps stdout one document: that goes to stderr).
 #[test]

@@ -148,6 +148,16 @@ pub async fn verify(args: VerifyArgs) -> Result<(), Exit> {
             format!("RDMA required but not used: {transport}"),
         ));
     }
+    // Naming a device asks for RDMA: VERIFIED means the addressing, partition and MTU agree
+    // end to end, which a TCP fall-back proves nothing about.
+    if let Some(device) = &args.device
+        && client.transport() != "rdma"
+    {
+        return Err(failed(
+            exit::RDMA_UNAVAILABLE,
+            format!("--device {device} asks for RDMA, but the block moved over {transport}"),
+        ));
+    }
     outln!(
         "VERIFIED {} bytes over {}: write {:.2} ms, read {:.2} ms",
         args.size,
