@@ -52,7 +52,7 @@ mod tests {
             let gate = gate.clone();
             move || {
                 std::thread::sleep(Duration::from_millis(30));
-                gate.complete(WcStatus::SUCCESS);
+                gate.complete(WcStatus::SUCCESS, gate.epoch());
             }
         });
         assert_eq!(block_on(gate.acquire(1)), 1);

@@ -156,9 +156,9 @@ fn finish<Q: QueuePairs>(
     // A request past its deadline had no answer from the peer for that long: congestion,
     // whatever status the flush reports.
     if request.timed_out && !status.is_success() {
-        request.window.complete_late();
+        request.window.complete_late(request.window_epoch);
     } else {
-        request.window.complete(status);
+        request.window.complete(status, request.window_epoch);
     }
     q.release(&request);
     request.slot.settle_one(result);
@@ -378,9 +378,9 @@ mod tests {
             slot.settled().await,
             Err(timeout_error(101, Op::Write, DEADLINE))
         );
-        // Unanswered past the deadline is congestion: each of the three halved the window,
-        // flushed by the NIC or ended without it.
-        assert_eq!(window.snapshot().cwnd(), 2);
+        // Unanswered past the deadline is congestion, flushed by the NIC or ended without it;
+        // the three went unanswered in one stall, one loss event: the window halves once.
+        assert_eq!(window.snapshot().cwnd(), 8);
         assert_eq!(window.snapshot().in_flight(), 0);
     }
 }

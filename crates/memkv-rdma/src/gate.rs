@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 
 use crate::metrics_names::{CWND_GAUGE, PEER_LABEL};
 use crate::status::WcStatus;
-use crate::window::CongestionWindow;
+use crate::window::{CongestionWindow, Epoch};
 
 pub struct PeerWindow {
     peer: String,
@@ -60,6 +60,11 @@ impl PeerWindow {
         self.waits.load(Ordering::Relaxed)
     }
 
+    /// The window's epoch now: what a request posted now hands back with its completion.
+    pub fn epoch(&self) -> Epoch {
+        self.lock().epoch()
+    }
+
     /// Takes up to `wanted` slots without waiting.
     pub fn try_acquire(&self, wanted: u32) -> u32 {
         self.lock().try_acquire(wanted)
@@ -74,12 +79,13 @@ impl PeerWindow {
     }
 
     /// Accounts one completion of a posted work request.
-    pub fn complete(&self, status: WcStatus) {
+    /// `posted`: the epoch when the request was posted ([`Self::epoch`]).
+    pub fn complete(&self, status: WcStatus, posted: Epoch) {
         self.settle(|w| {
             if status.is_success() {
                 w.on_success();
             } else if status.is_congestion() {
-                w.on_congestion();
+                w.on_congestion(posted);
             } else {
                 w.on_other_error();
             }
@@ -88,8 +94,9 @@ impl PeerWindow {
 
     /// Accounts one posted work request that ended after its deadline with no answer: it
     /// counts as congestion, as if its transport retries had run out.
-    pub fn complete_late(&self) {
-        self.settle(CongestionWindow::on_congestion);
+    /// Like the retries of all requests of one stall, these count once per loss event.
+    pub fn complete_late(&self, posted: Epoch) {
+        self.settle(|w| w.on_congestion(posted));
     }
 
     fn settle(&self, account: impl FnOnce(&mut CongestionWindow)) {
@@ -125,7 +132,7 @@ mod tests {
             let key = "memkv_rdma_cwnd{peer=::ffff:192.0.2.2}";
             assert_eq!(probe.gauge(key), Some(8.0));
             assert_eq!(gate.try_acquire(1), 1);
-            gate.complete(WcStatus::RNR_RETRY_EXC_ERR);
+            gate.complete(WcStatus::RNR_RETRY_EXC_ERR, gate.epoch());
             assert_eq!(probe.gauge(key), Some(4.0));
         });
     }
@@ -143,14 +150,14 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiter.is_finished(), "window full: the waiter must wait");
-        gate.complete(WcStatus::SUCCESS);
+        gate.complete(WcStatus::SUCCESS, gate.epoch());
         let got = tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("woken by the completion")
             .unwrap();
         assert_eq!(got, 1);
         assert!(gate.waits() >= 1);
-        gate.complete(WcStatus::RETRY_EXC_ERR);
+        gate.complete(WcStatus::RETRY_EXC_ERR, gate.epoch());
         assert_eq!(gate.snapshot().cwnd(), 1);
     }
 }

@@ -14,6 +14,7 @@ use crate::gate::PeerWindow;
 use crate::op::Op;
 use crate::slot::Slot;
 use crate::status::WcStatus;
+use crate::window::Epoch;
 
 /// How long after a timeout the completion thread waits for the NIC to flush a request before
 /// it ends the request without the flush, which it does only if the request's queue pair is
@@ -33,6 +34,9 @@ pub(crate) struct InFlight<T> {
     /// the DCI it frees; RC: nothing).
     pub tag: T,
     pub posted_at: Instant,
+    /// The window's epoch when it was posted: congestion it signals after a later reduction
+    /// belongs to the loss event already counted.
+    pub window_epoch: Epoch,
     /// The deadline passed; the queue pair was broken and the NIC should flush this request.
     pub timed_out: bool,
 }
@@ -89,6 +93,7 @@ impl<T: Clone> InFlightTable<T> {
         now: Instant,
     ) -> bool {
         let was_empty = self.entries.is_empty();
+        let window_epoch = owner.window.epoch();
         for i in 0..n as u64 {
             self.entries.insert(
                 first_id + i,
@@ -99,6 +104,7 @@ impl<T: Clone> InFlightTable<T> {
                     queue: owner.queue,
                     tag: owner.tag.clone(),
                     posted_at: now,
+                    window_epoch,
                     timed_out: false,
                 },
             );
@@ -354,6 +360,7 @@ mod tests {
             queue: 0,
             tag: (),
             posted_at: Instant::now(),
+            window_epoch: Epoch::default(),
             timed_out: false,
         };
         assert_eq!(outcome(&entry, WcStatus::SUCCESS, 0, 1, DEADLINE), Ok(()));
