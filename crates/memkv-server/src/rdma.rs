@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use memkv_fabric::doctor::{HostRoot, Rail};
-use memkv_fabric::{Fabric, FabricConfig, PortPlan, config::parse_mtu};
+use memkv_fabric::{Fabric, FabricConfig, FabricError, PortPlan, config::parse_mtu};
 use memkv_rdma::{DcSupport, DcTarget, MemoryRegion, RdmaDevice, RemoteStaging};
 use memkv_store::ArenaHandle;
 
@@ -112,7 +112,12 @@ fn device_status(plan: &PortPlan) -> RdmaDeviceStatus {
 /// registration): call it off the async runtime.
 ///
 /// `dc_key` is the DC access key derived from the auth key (used when the device has DC).
-pub fn bring_up(rdma: &RdmaConfig, remote: RemoteMemory, dc_key: u64) -> RdmaState {
+///
+/// Every refusal of the port leaves the server serving TCP only, with the reason, except one:
+/// an explicit `rdma.mtu` above the port's active MTU is an error (the InfiniBand runbook:
+/// "MemKV refuses to start when the configured mtu exceeds what the port negotiated, naming
+/// both values"), returned as the message for a `rdma.mtu` configuration error.
+pub fn bring_up(rdma: &RdmaConfig, remote: RemoteMemory, dc_key: u64) -> Result<RdmaState, String> {
     if let Some(n) = rdma.num_dcis {
         tracing::warn!(
             "rdma.num_dcis: {n} has no effect on a memkv server, which opens no DC initiators \
@@ -121,31 +126,39 @@ pub fn bring_up(rdma: &RdmaConfig, remote: RemoteMemory, dc_key: u64) -> RdmaSta
         );
     }
     if !rdma.enabled {
-        return RdmaState::inactive("disabled by rdma.enabled: false".into(), None, Vec::new());
+        return Ok(RdmaState::inactive(
+            "disabled by rdma.enabled: false".into(),
+            None,
+            Vec::new(),
+        ));
     }
     let cfg = match fabric_config(rdma) {
         Ok(c) => c,
-        Err(e) => return RdmaState::inactive(e, None, Vec::new()),
+        Err(e) => return Ok(RdmaState::inactive(e, None, Vec::new())),
     };
     let fabric = match Fabric::start(&cfg, std::slice::from_ref(&rdma.device)) {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(device = %rdma.device, error = %e, "RDMA not used; serving TCP only");
-            return RdmaState::inactive(e.to_string(), None, Vec::new());
+            return Ok(RdmaState::inactive(e.to_string(), None, Vec::new()));
         }
     };
     if let Some(why) = fabric.no_devices() {
         let reason = format!("no RDMA devices: {why}");
         tracing::info!("{reason}; serving TCP only");
-        return RdmaState::inactive(reason, Some(fabric), Vec::new());
+        return Ok(RdmaState::inactive(reason, Some(fabric), Vec::new()));
     }
     let mut devices: Vec<RdmaDeviceStatus> = fabric.plans().iter().map(device_status).collect();
     let plan = match fabric.usable_port(Some(&rdma.device)) {
         Ok(plan) => plan.clone(),
         Err(e) => {
+            if let Some(refusal) = mtu_refusal(fabric.plans(), &rdma.device) {
+                tracing::error!("{refusal}");
+                return Err(refusal);
+            }
             let reason = format!("RDMA refused on {}: {e}", rdma.device);
             tracing::warn!("{reason}; serving TCP only");
-            return RdmaState::inactive(reason, Some(fabric), devices);
+            return Ok(RdmaState::inactive(reason, Some(fabric), devices));
         }
     };
     let device = match RdmaDevice::open(&fabric, Some(&plan.facts.device), Some(plan.facts.port)) {
@@ -156,7 +169,7 @@ pub fn bring_up(rdma: &RdmaConfig, remote: RemoteMemory, dc_key: u64) -> RdmaSta
                 plan.facts.device, plan.facts.port
             );
             tracing::warn!("{reason}; serving TCP only");
-            return RdmaState::inactive(reason, Some(fabric), devices);
+            return Ok(RdmaState::inactive(reason, Some(fabric), devices));
         }
     };
     let (arena, staging, registered_bytes, registration_ms) = match remote {
@@ -173,7 +186,7 @@ pub fn bring_up(rdma: &RdmaConfig, remote: RemoteMemory, dc_key: u64) -> RdmaSta
                         device.name()
                     );
                     tracing::warn!("{reason}; serving TCP only");
-                    return RdmaState::inactive(reason, Some(fabric), devices);
+                    return Ok(RdmaState::inactive(reason, Some(fabric), devices));
                 }
             }
         }
@@ -192,7 +205,7 @@ pub fn bring_up(rdma: &RdmaConfig, remote: RemoteMemory, dc_key: u64) -> RdmaSta
                         device.name()
                     );
                     tracing::warn!("{reason}; serving TCP only");
-                    return RdmaState::inactive(reason, Some(fabric), devices);
+                    return Ok(RdmaState::inactive(reason, Some(fabric), devices));
                 }
             }
         }
@@ -219,7 +232,7 @@ pub fn bring_up(rdma: &RdmaConfig, remote: RemoteMemory, dc_key: u64) -> RdmaSta
             "arena"
         }
     );
-    RdmaState {
+    Ok(RdmaState {
         serving: Some(RdmaServing {
             dc,
             arena,
@@ -231,7 +244,24 @@ pub fn bring_up(rdma: &RdmaConfig, remote: RemoteMemory, dc_key: u64) -> RdmaSta
         reason: None,
         devices,
         _fabric: Some(fabric),
-    }
+    })
+}
+
+/// Why the server refuses to start on `device`: no port of it usable and one refused because
+/// the configured MTU is above its active MTU (the message names both MTUs and the port).
+fn mtu_refusal(plans: &[PortPlan], device: &str) -> Option<String> {
+    plans
+        .iter()
+        .filter(|p| p.facts.device == device)
+        .find_map(|p| match &p.mtu {
+            Err(FabricError::MtuAboveActive { configured, active }) => Some(format!(
+                "configured mtu {configured} exceeds the active MTU {active} of {} port {}; \
+                 memkv refuses to start: set rdma.mtu to {active} or lower (or leave it unset \
+                 for 4096 capped at the active MTU)",
+                p.facts.device, p.facts.port
+            )),
+            _ => None,
+        })
 }
 
 /// The device's DC target when it can do DC; otherwise (every non-mlx5 device, Soft-RoCE
@@ -268,7 +298,7 @@ mod tests {
 
     #[test]
     fn this_host_has_no_rdma_and_says_so() {
-        let state = bring_up(&RdmaConfig::default(), staged(), 0);
+        let state = bring_up(&RdmaConfig::default(), staged(), 0).unwrap();
         assert!(!state.active);
         let reason = state.reason.unwrap();
         // The build machines have no RDMA; inside the Soft-RoCE VM mlx5_0 does not exist.
@@ -284,7 +314,7 @@ mod tests {
             enabled: false,
             ..RdmaConfig::default()
         };
-        let state = bring_up(&cfg, staged(), 0);
+        let state = bring_up(&cfg, staged(), 0).unwrap();
         assert_eq!(
             state.reason.as_deref(),
             Some("disabled by rdma.enabled: false")

@@ -8,7 +8,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::{AuthKeySource, ConfigError, ServerConfig};
+use crate::config::{AuthKeySource, ConfigError, ConfigErrorKind, ServerConfig};
 use crate::state::Shared;
 
 /// Why a server did not start. Each names the thing that failed.
@@ -124,6 +124,10 @@ impl Server {
         })
         .await
         .expect("fabric discovery does not panic");
+        // rdma.mtu above the port's active MTU: refused at start, on the key's line.
+        let rdma = rdma.map_err(|refusal| {
+            StartError::Config(config.error_at(ConfigErrorKind::InvalidValue, "rdma.mtu", refusal))
+        })?;
         let tls = config.network.tls.clone();
         let local = crate::local::start(store.arena_handle()).map_err(StartError::LocalSocket)?;
         let (local, local_listener) = local.unzip();

@@ -1,7 +1,8 @@
 //! The server's RDMA path on real verbs, inside the Soft-RoCE VM (testing/rxe-vm): the server
 //! registers its arena on rxe0; a client queue pair on rxe1 connects through Connect on the
 //! authenticated TCP connection, then puts with Allocate + RDMA WRITE + Commit and gets with
-//! Lookup + RDMA READ + Release. Also the fabric refusals that keep a server on TCP.
+//! Lookup + RDMA READ + Release. Also the fabric refusals that keep a server on TCP, and the one
+//! that stops it from starting (rdma.mtu above the active MTU).
 
 mod support;
 
@@ -196,10 +197,45 @@ async fn an_empty_pkey_index_keeps_the_server_on_tcp() {
     assert_tcp_only("  pkey_index: 1\n", &["index 1"]).await;
 }
 
+/// InfiniBand runbook, MTU: "MemKV refuses to start when the configured mtu exceeds what the
+/// port negotiated, naming both values" (unlike an empty P_Key entry, which keeps the server on
+/// TCP). The VM's veth MTU 1500 gives an active MTU of 1024.
 #[tokio::test]
-async fn an_mtu_above_the_active_mtu_keeps_the_server_on_tcp() {
-    // The VM's veth MTU 1500 gives an active MTU of 1024.
-    assert_tcp_only("  mtu: 4096\n", &["4096", "1024"]).await;
+async fn an_mtu_above_the_active_mtu_refuses_to_start() {
+    let Some(devices) =
+        support::rxe_devices_or_skip("an_mtu_above_the_active_mtu_refuses_to_start")
+    else {
+        return;
+    };
+    let err = match Server::start(config(&devices[0], "  mtu: 4096\n")).await {
+        Ok(server) => {
+            server.shutdown().await.unwrap();
+            panic!("the server started with rdma.mtu 4096 above the active MTU 1024");
+        }
+        Err(e) => e.to_string(),
+    };
+    for needle in [
+        "rdma.mtu",
+        "4096",
+        "1024",
+        &format!("{} port 1", devices[0]),
+    ] {
+        assert!(err.contains(needle), "{err:?} lacks {needle:?}");
+    }
+    // At most the active MTU, it starts and serves RDMA.
+    let server = Server::start(config(&devices[0], "  mtu: 1024\n"))
+        .await
+        .expect("rdma.mtu 1024 starts");
+    let mut tcp = connect(server.data_addr(), AuthKey::from_hex(KEY_HEX).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        rdma_connect(&mut tcp, devices.last().unwrap())
+            .await
+            .is_ok(),
+        "Connect with rdma.mtu 1024"
+    );
+    server.shutdown().await.unwrap();
 }
 
 #[tokio::test]

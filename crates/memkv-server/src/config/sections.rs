@@ -156,7 +156,8 @@ pub struct RdmaConfig {
     /// `None` (`auto`): detected on RoCEv2 (the PFC priority), 0 on InfiniBand.
     pub service_level: Option<u8>,
     /// `None`: 4096, capped at the port's active MTU. An explicit value above the active MTU
-    /// refuses RDMA on that port.
+    /// of `device`'s port is an error: the server refuses to start, naming both MTUs and the
+    /// port (the InfiniBand runbook; an empty P_Key entry, by contrast, keeps it on TCP).
     pub mtu: Option<u32>,
     /// `None`: index 0, the default partition.
     pub pkey_index: Option<u16>,
