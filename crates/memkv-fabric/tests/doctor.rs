@@ -473,6 +473,61 @@ fn acs_one_shot_installed_but_not_run_warns() {
     assert_eq!(status(&r, "gpudirect.acs-unit", "host"), Status::Warn);
 }
 
+/// The runbook's unit file, verbatim: systemd prints its Description when it reports the job
+/// in the "description" status format.
+const ACS_UNIT_FILE: &str = "[Unit]\n\
+Description=Disable PCIe ACS Redirect on GPU/RDMA-NIC fabric for GPUDirect RDMA P2P\n\
+After=sysinit.target\n\n[Service]\nType=oneshot\nExecStart=/usr/local/sbin/disable-pcie-acs.sh\n\
+RemainAfterExit=yes\n\n[Install]\nWantedBy=multi-user.target\n";
+
+/// RoCE runbook, ACS one-shot: "confirm the job actually ran: `sudo journalctl -u
+/// disable-pcie-acs.service -b`. The output must show Starting and Finished lines for the
+/// current boot". systemd with StatusUnitFormat=description (e.g. Ubuntu 22.04's systemd 249)
+/// logs "Starting <Description>..." / "Finished <Description>." without the unit name; the
+/// job is judged by the unit's journal, so a job that ran is OK.
+#[test]
+fn acs_one_shot_that_ran_is_ok_when_systemd_logs_only_its_description() {
+    let h = roce_good();
+    h.file(
+        "/etc/systemd/system/disable-pcie-acs.service",
+        ACS_UNIT_FILE,
+    );
+    let lines = "Jan 01 00:00:01 host systemd[1]: Starting Disable PCIe ACS Redirect on GPU/RDMA-NIC fabric for GPUDirect RDMA P2P...\n\
+         Jan 01 00:00:01 host disable-pcie-acs[312]: ACS cleared on 0000:10:00.0 (was 001d)\n\
+         Jan 01 00:00:01 host systemd[1]: Finished Disable PCIe ACS Redirect on GPU/RDMA-NIC fabric for GPUDirect RDMA P2P.\n";
+    // The boot journal has the lines (none names the unit); `journalctl -u` selects them.
+    h.journal(lines);
+    h.unit_journal("disable-pcie-acs.service", lines);
+    let report = run(h.root(), &options());
+    let f = find(&report, "gpudirect.acs-unit", "host");
+    assert_eq!(f.status, Status::Ok, "{}", report.text());
+    assert!(
+        f.read.contains("journalctl -u disable-pcie-acs.service -b"),
+        "{}",
+        f.read
+    );
+    assert_eq!(report.exit_code(), 0, "{}", report.text());
+
+    // The unit's journal with Starting but no Finished: it did not complete.
+    h.unit_journal(
+        "disable-pcie-acs.service",
+        "Jan 01 00:00:01 host systemd[1]: Starting Disable PCIe ACS Redirect on GPU/RDMA-NIC fabric for GPUDirect RDMA P2P...\n",
+    );
+    let report = run(h.root(), &options());
+    assert_eq!(status(&report, "gpudirect.acs-unit", "host"), Status::Warn);
+
+    // A job that failed says so, with its line.
+    h.unit_journal(
+        "disable-pcie-acs.service",
+        "Jan 01 00:00:01 host systemd[1]: disable-pcie-acs.service: Failed with result 'exit-code'.\n\
+         Jan 01 00:00:01 host systemd[1]: Failed to start Disable PCIe ACS Redirect on GPU/RDMA-NIC fabric for GPUDirect RDMA P2P.\n",
+    );
+    let report = run(h.root(), &options());
+    let f = find(&report, "gpudirect.acs-unit", "host");
+    assert_eq!(f.status, Status::Warn, "{}", report.text());
+    assert!(f.read.contains("failed this boot"), "{}", f.read);
+}
+
 fn nic(netdev: &str, stats: &[(&str, u64)]) -> NicReading {
     NicReading {
         netdev: netdev.into(),

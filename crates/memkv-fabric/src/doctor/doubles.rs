@@ -10,6 +10,9 @@
 //! - `neigh`: `ip -4 neigh show` lines. Missing: an empty table.
 //! - `ethtool/<netdev>`: `ethtool -S` output. Missing: the host has no ethtool.
 //! - `journal`: this boot's journal (`journalctl -b -o short`). Missing: empty.
+//! - `unit-journal/<unit>`: this boot's journal of one unit (`journalctl -u <unit> -b`).
+//!   Missing: the lines of `journal` that name the unit (without its `.service`), as far as
+//!   a fixture without unit fields can select by unit.
 
 use super::host::{HostProbe, NicStats, filter_lines, parse_ethtool_stats, read_trimmed};
 use super::neigh::{Neighbour, parse_ip_neigh};
@@ -94,6 +97,17 @@ impl HostProbe for FixtureProbe {
             &read_trimmed(&self.dir.join("journal")).unwrap_or_default(),
             patterns,
         ))
+    }
+
+    fn unit_journal(&self, unit: &str) -> Result<Vec<String>, String> {
+        match std::fs::read_to_string(self.dir.join("unit-journal").join(unit)) {
+            Ok(text) => Ok(text
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_owned)
+                .collect()),
+            Err(_) => self.boot_journal(&[unit.trim_end_matches(".service")]),
+        }
     }
 }
 
@@ -361,5 +375,10 @@ impl HostFixture {
 
     pub fn journal(&self, text: &str) -> &Self {
         self.file("/test-doubles/journal", text)
+    }
+
+    /// What `journalctl -u <unit> -b` prints on this host.
+    pub fn unit_journal(&self, unit: &str, text: &str) -> &Self {
+        self.file(&format!("/test-doubles/unit-journal/{unit}"), text)
     }
 }

@@ -12,6 +12,8 @@ use super::pci::{
 use std::collections::BTreeMap;
 
 pub const ACS_UNIT: &str = "/etc/systemd/system/disable-pcie-acs.service";
+/// The ACS one-shot's unit name, as `journalctl -u` takes it.
+pub const ACS_UNIT_NAME: &str = "disable-pcie-acs.service";
 
 /// A GPU and a NIC below one PCIe switch (what `nvidia-smi topo -m` calls PIX).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,9 +189,15 @@ pub fn acs(root: &HostRoot, t: &Topology, iommu_on: bool) -> Vec<Finding> {
 
 /// The one-shot that clears ACS at boot: installed, and did it run, or did systemd drop it for
 /// an ordering cycle (which `systemctl is-enabled` does not show)?
+///
+/// `journal`: this boot's journal lines naming the unit (for systemd's ordering-cycle message,
+/// which is logged on the unit that broke the cycle); `unit_journal`: `journalctl -u
+/// disable-pcie-acs.service -b`, which selects the unit's own lines whatever their text
+/// (systemd may log "Finished <Description>." without the unit name).
 pub fn acs_unit(
     root: &HostRoot,
     journal: Option<&Result<Vec<String>, String>>,
+    unit_journal: Option<&Result<Vec<String>, String>>,
     acs_problem: bool,
 ) -> Finding {
     const CHECK: &str = "gpudirect.acs-unit";
@@ -229,17 +237,43 @@ pub fn acs_unit(
             .fix("# break the cycle (the runbook's unit orders itself only After=sysinit.target), then:")
             .fix("sudo systemctl daemon-reload\nsudo systemctl restart disable-pcie-acs.service");
     }
-    let ran = lines.iter().any(|l| {
-        l.contains("disable-pcie-acs") && (l.contains("Finished") || l.contains("Started"))
+    let unit_lines = match unit_journal {
+        Some(Ok(lines)) => lines,
+        Some(Err(e)) => {
+            return Finding::warn(
+                CHECK,
+                "host",
+                format!("{ACS_UNIT} installed; its journal unreadable: {e}"),
+            )
+            .fix("sudo journalctl -u disable-pcie-acs.service -b");
+        }
+        None => return Finding::ok(CHECK, "host", format!("{ACS_UNIT} installed")),
+    };
+    if let Some(failed) = unit_lines
+        .iter()
+        .find(|l| l.contains("Failed to start") || l.contains("Failed with result"))
+    {
+        return Finding::warn(CHECK, "host", format!("the job failed this boot: {failed}"))
+            .symptom("ACS may still be on: GPUDirect fails with IBV_WC_REM_OP_ERR status 11")
+            .fix(
+                "sudo journalctl -u disable-pcie-acs.service -b
+sudo systemctl restart disable-pcie-acs.service",
+            );
+    }
+    let ran = unit_lines.iter().any(|l| {
+        let message = l.split_once("]: ").map_or(l.as_str(), |(_, m)| m);
+        message.starts_with("Finished ") || message.starts_with("Started ")
     });
     if ran {
         Finding::ok(
             CHECK,
             "host",
-            format!("{ACS_UNIT} ran this boot (Finished in the journal, no ordering cycle)"),
+            format!(
+                "{ACS_UNIT} ran this boot (Finished in `journalctl -u {ACS_UNIT_NAME} -b`, no ordering cycle)"
+            ),
         )
     } else {
-        Finding::warn(CHECK, "host", format!("{ACS_UNIT} installed, but the journal has no Starting/Finished lines for it this boot"))
+        Finding::warn(CHECK, "host", format!("{ACS_UNIT} installed, but `journalctl -u {ACS_UNIT_NAME} -b` has no Finished line this boot"))
             .symptom("the job did not run: ACS may still be on, and GPUDirect fails with IBV_WC_REM_OP_ERR status 11")
             .fix("sudo journalctl -u disable-pcie-acs.service -b\nsudo systemctl enable --now disable-pcie-acs.service")
     }

@@ -81,6 +81,9 @@ pub trait HostProbe {
     fn ethtool_stats(&self, netdev: &str) -> Result<Option<NicStats>, String>;
     /// This boot's journal lines that mention one of `patterns` (`journalctl -b`).
     fn boot_journal(&self, patterns: &[&str]) -> Result<Vec<String>, String>;
+    /// This boot's journal of one unit (`journalctl -u <unit> -b`): selected by the unit,
+    /// whatever the text says (systemd may log "Finished <Description>." without the name).
+    fn unit_journal(&self, unit: &str) -> Result<Vec<String>, String>;
 }
 
 /// The real host: rtnetlink for DCB and neighbours, the `ethtool` and `journalctl` binaries.
@@ -118,25 +121,34 @@ impl HostProbe for SystemProbe {
     }
 
     fn boot_journal(&self, patterns: &[&str]) -> Result<Vec<String>, String> {
-        let output = match std::process::Command::new("journalctl")
-            .args(["-b", "-q", "--no-pager", "-o", "short"])
-            .output()
-        {
-            Ok(o) => o,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err("journalctl is not installed".into());
-            }
-            Err(e) => return Err(format!("cannot run journalctl: {e}")),
-        };
-        if !output.status.success() {
-            let err = String::from_utf8_lossy(&output.stderr);
-            return Err(format!("journalctl -b: {}", err.trim()));
-        }
-        Ok(filter_lines(
-            &String::from_utf8_lossy(&output.stdout),
-            patterns,
-        ))
+        let text = journalctl(&["-b", "-q", "--no-pager", "-o", "short"])?;
+        Ok(filter_lines(&text, patterns))
     }
+
+    fn unit_journal(&self, unit: &str) -> Result<Vec<String>, String> {
+        let text = journalctl(&["-u", unit, "-b", "-q", "--no-pager", "-o", "short"])?;
+        Ok(text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect())
+    }
+}
+
+/// `journalctl ARGS`' standard output.
+fn journalctl(args: &[&str]) -> Result<String, String> {
+    let output = match std::process::Command::new("journalctl").args(args).output() {
+        Ok(o) => o,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err("journalctl is not installed".into());
+        }
+        Err(e) => return Err(format!("cannot run journalctl: {e}")),
+    };
+    if !output.status.success() {
+        let err = String::from_utf8_lossy(&output.stderr);
+        return Err(format!("journalctl {}: {}", args.join(" "), err.trim()));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// Lines containing any of `patterns`.

@@ -317,7 +317,16 @@ pub fn doctor(src: &DoctorSources<'_>, opts: &DoctorOptions) -> Result<DoctorRep
         let acs = gpudirect::acs(root, &topology, iommu_on);
         let acs_problem = acs.iter().any(|f| f.status == Status::Fail);
         checks.extend(acs);
-        checks.push(gpudirect::acs_unit(root, journal.as_ref(), acs_problem));
+        // As the runbook confirms it ran: `journalctl -u disable-pcie-acs.service -b`.
+        let unit_journal = root
+            .exists(gpudirect::ACS_UNIT)
+            .then(|| src.probe.unit_journal(gpudirect::ACS_UNIT_NAME));
+        checks.push(gpudirect::acs_unit(
+            root,
+            journal.as_ref(),
+            unit_journal.as_ref(),
+            acs_problem,
+        ));
     }
 
     Ok(DoctorReport {
