@@ -209,8 +209,11 @@ def test_transport_shm_says_shared_memory_before_and_after_use(server: MemkvServ
 
 def test_transport_and_servers(client: memkv.Client, server: MemkvServer) -> None:
     assert client.servers == [server.address]
-    # The server is on this host: once it is used, values move through its shared arena.
+    # The server is on this host: once a value large enough to gain from it moves, values
+    # move through its shared arena (smaller ones go over TCP and do not attach it).
     client.put("transport-probe", b"x")
+    assert not client.transport.startswith("shm with")
+    client.put("transport-probe", bytes(256 << 10))
     assert client.transport.startswith(f"shm with {server.address}; others tcp")
 
 

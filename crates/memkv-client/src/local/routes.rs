@@ -52,8 +52,8 @@ impl Client {
 
     /// Groups `owners` (per item, its server when the item is valid) by attached server;
     /// items of servers that cannot be attached under `shm` get the error in `out`. Under
-    /// `auto`, items that `worth_it` turns down are left for TCP or RDMA (their servers are
-    /// attached all the same, for the items that are).
+    /// `auto`, items that `worth_it` turns down are left for TCP or RDMA, and do not make
+    /// their server attach: a hung server then costs them one deadline, not an attach's too.
     async fn attached_groups<T>(
         &self,
         op: &'static str,
@@ -65,14 +65,19 @@ impl Client {
             return Vec::new();
         };
         let strict = local.strict();
+        let owners: Vec<Option<usize>> = owners
+            .iter()
+            .enumerate()
+            .map(|(item, &owner)| owner.filter(|_| strict || worth_it(item)))
+            .collect();
+        if owners.iter().all(Option::is_none) {
+            return Vec::new();
+        }
         let arenas = self.local_arenas(owners.iter().flatten().copied()).await;
         let mut groups: Vec<Option<(Arc<Attached>, Vec<usize>)>> =
             (0..arenas.len()).map(|_| None).collect();
         for (item, owner) in owners.iter().enumerate() {
             let Some(server) = *owner else { continue };
-            if !strict && !worth_it(item) {
-                continue;
-            }
             match &arenas[server] {
                 Some(Ok(Some(at))) => groups[server]
                     .get_or_insert_with(|| (Arc::clone(at), Vec::new()))
