@@ -515,7 +515,8 @@ async fn a_dead_wire_fails_in_time_backs_the_window_off_and_the_client_recovers(
 
     // A wire that drops everything until the batch ends (a fabric black hole, the link still
     // up): the transfers caught in it go unanswered past their deadline (or run out of
-    // transport retries, on a fabric whose retries end), which halves the window each time.
+    // transport retries, on a fabric whose retries end), which halves the window: once for
+    // the requests of one stall, again for those posted after it that are lost too.
     let blackhole = values("blackhole");
     let (netem, acknowledged, took) = batch_through(&rdma, &tcp, &blackhole, || {
         Netem::set(&wire.netdevs, "loss 100%")
