@@ -215,3 +215,35 @@ async fn a_stopped_servers_arena_is_unmapped() {
         "after the server stopped and every operation failed, the client still maps its arena"
     );
 }
+
+/// Under `transport: shm` a restarted server is attached again too: the stale mapping's
+/// refusal is the operation's error, but the next operation must not go through the old
+/// arena again. It used to keep the old mapping for ever, failing every put and get.
+#[tokio::test]
+async fn under_shm_a_restarted_server_is_attached_again() {
+    let first = common::start_restartable("").await;
+    let addr = first.data_addr().to_string();
+    let mut config = client_config(&[&first]);
+    config.transport = Transport::Shm;
+    config.timeout = Duration::from_secs(2);
+    let c = Client::connect(config).await.unwrap();
+    c.put(b"before", &pattern(200_000, 1)).await.unwrap();
+    first.shutdown().await.unwrap();
+
+    let second = common::start_again(&addr, "").await;
+    let until = Instant::now() + Duration::from_secs(10);
+    let value = pattern(300_000, 2);
+    loop {
+        match c.put(b"after", &value).await {
+            Ok(()) => break,
+            Err(_) if Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("under shm the restarted server never took a put: {e}"),
+        }
+    }
+    assert_eq!(c.get(b"before").await.unwrap(), None);
+    assert_eq!(c.get(b"after").await.unwrap(), Some(value));
+    assert_eq!(c.shared_memory_servers(), vec![addr], "attached again");
+    second.shutdown().await.unwrap();
+}

@@ -36,9 +36,11 @@ impl Client {
     fn settle<T>(&self, index: usize, at: &Arc<Attached>, result: Result<T>) -> Option<Result<T>> {
         let local = self.inner.local.as_ref()?;
         match &result {
-            Err(Error::SharedMemory { reason, .. }) if !local.strict() => {
+            // A failed mapping (a restarted server's old arena, most likely) is let go either
+            // way; under `shm` the item fails, and the next operation attaches afresh.
+            Err(Error::SharedMemory { reason, .. }) => {
                 local.detach(index, at, reason);
-                None
+                local.strict().then_some(result)
             }
             // The server is gone (stopped, restarting): its arena is let go, not kept mapped
             // for as long as this client lives; a server back on its feet is attached anew.
