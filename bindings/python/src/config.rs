@@ -5,7 +5,7 @@
 use memkv_client::ClientConfig;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyInt, PyString};
+use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
 
 use crate::errors::ConfigError;
 
@@ -68,13 +68,14 @@ impl Args {
 /// Any int, as text: the configuration chain checks its range, so that -1 or 2**64 get the
 /// same `ConfigError` naming the argument and its limit as 0 does.
 fn milliseconds(obj: &Bound<'_, PyAny>) -> PyResult<String> {
-    if !obj.is_instance_of::<PyInt>() {
+    // A bool is an int to Python, but `timeout_ms=True` is a mistake, not a 1 ms deadline.
+    if !obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err(format!(
             "timeout_ms: expected an int, got {}",
             obj.get_type().name()?
         )));
     }
-    // int() first: a bool is an int, and reads "True".
+    // int() first: an int subclass (an IntEnum) may print as its name.
     Ok(obj
         .py()
         .get_type::<PyInt>()

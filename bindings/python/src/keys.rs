@@ -1,6 +1,6 @@
 //! Keys from Python: `str` (UTF-8) or `bytes`.
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
@@ -15,7 +15,15 @@ pub fn named_key(obj: &Bound<'_, PyAny>, what: Option<&str>) -> PyResult<Vec<u8>
         return Ok(b.as_bytes().to_vec());
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return Ok(s.to_str()?.as_bytes().to_vec());
+        // A lone surrogate ("\ud800") has no UTF-8 form; say which key of a batch holds it.
+        return match s.to_str() {
+            Ok(text) => Ok(text.as_bytes().to_vec()),
+            Err(e) => Err(PyValueError::new_err(format!(
+                "{}a str key must be valid Unicode to be sent as UTF-8: {}",
+                what.map(|w| format!("{w}: ")).unwrap_or_default(),
+                e.value(obj.py())
+            ))),
+        };
     }
     let why = format!("a key must be str or bytes, not {}", obj.get_type().name()?);
     Err(PyTypeError::new_err(match what {

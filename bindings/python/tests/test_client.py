@@ -81,6 +81,11 @@ def test_a_bad_key_in_a_batch_is_named_by_position(client: memkv.Client) -> None
         client.get_many_into(["a", "b", 3], [bytearray(1)] * 3)  # type: ignore[list-item]
     with pytest.raises(TypeError, match=r"items\[1\] key: a key must be str or bytes, not int"):
         client.put_many([("a", b"1"), (7, b"2")])  # type: ignore[list-item]
+    # A lone surrogate has no UTF-8 form: the error names the key's place too.
+    with pytest.raises(ValueError, match=r"keys\[1\]: a str key must be valid Unicode"):
+        client.exists_many(["a", "\ud800"])
+    with pytest.raises(ValueError, match="a str key must be valid Unicode"):
+        client.put("\udfff", b"v")
 
 
 def test_an_empty_key_is_refused_before_anything_is_sent(server: MemkvServer) -> None:

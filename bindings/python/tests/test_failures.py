@@ -150,6 +150,9 @@ def test_an_out_of_range_timeout_is_a_config_error_naming_it(
 def test_a_timeout_that_is_not_an_int_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="timeout_ms: expected an int, got float"):
         memkv.Client(servers=["127.0.0.1:1"], auth_key="ab" * 32, timeout_ms=1.5)  # type: ignore[arg-type]
+    # A bool is an int to Python; True is a mistake, not a 1 ms deadline.
+    with pytest.raises(TypeError, match="timeout_ms: expected an int, got bool"):
+        memkv.Client(servers=["127.0.0.1:1"], auth_key="ab" * 32, timeout_ms=True)
 
 
 def test_strict_rdma_without_devices_is_refused() -> None:
