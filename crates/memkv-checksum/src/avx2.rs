@@ -157,23 +157,36 @@ pub(super) fn hash_long(src: &[u8], dst: Option<&mut [u8]>) -> u64 {
     assert!(len > STRIPE, "long hash needs more than one stripe");
     let whole = (len - 1) / BLOCK * BLOCK;
     let mut acc = to_regs(&initial());
-    match dst {
-        Some(d) => {
-            assert_eq!(
-                d.len(),
-                len,
-                "copy destination must match the source length"
-            );
-            // SAFETY: `whole <= len` bytes are readable in `src` and writable in `d`, which
-            // are distinct borrows; AVX2 is enabled in this function.
-            unsafe { blocks(&mut acc, src.as_ptr(), d.as_mut_ptr(), whole / BLOCK) };
-            d[whole..].copy_from_slice(&src[whole..]);
-        }
-        // SAFETY: as above, without a copy.
-        None => unsafe { blocks(&mut acc, src.as_ptr(), std::ptr::null_mut(), whole / BLOCK) },
-    }
-    let last: &[u8; STRIPE] = src[len - STRIPE..].try_into().unwrap();
-    finish_regs(&mut acc, &src[whole..], last, len)
+    let Some(d) = dst else {
+        // SAFETY: `whole <= len` bytes are readable in `src`; no copy; AVX2 is enabled in
+        // this function.
+        unsafe { blocks(&mut acc, src.as_ptr(), std::ptr::null_mut(), whole / BLOCK) };
+        let last: &[u8; STRIPE] = src[len - STRIPE..].try_into().unwrap();
+        return finish_regs(&mut acc, &src[whole..], last, len);
+    };
+    assert_eq!(
+        d.len(),
+        len,
+        "copy destination must match the source length"
+    );
+    // SAFETY: `whole <= len` bytes are readable in `src` and writable in `d`, which are
+    // distinct borrows; AVX2 is enabled in this function.
+    unsafe { blocks(&mut acc, src.as_ptr(), d.as_mut_ptr(), whole / BLOCK) };
+    // The tail is read once, into `once`, which both the copy and the hash take: a second
+    // read of `src` could see other bytes than `d` got (`copy_and_xxh3`).
+    let tail_len = len - whole;
+    let mut once = [0u8; BLOCK];
+    let once = &mut once[..tail_len];
+    once.copy_from_slice(&src[whole..]);
+    d[whole..].copy_from_slice(once);
+    // The last stripe is the input's final 64 bytes; those before the tail were copied and
+    // hashed from one read above, and hashing them again can only fail a check, never pass
+    // bytes it did not cover.
+    let mut last = [0u8; STRIPE];
+    let before = STRIPE.saturating_sub(tail_len);
+    last[..before].copy_from_slice(&src[len - STRIPE..len - STRIPE + before]);
+    last[before..].copy_from_slice(&once[tail_len - (STRIPE - before)..]);
+    finish_regs(&mut acc, once, &last, len)
 }
 
 /// Folds `src` (whole blocks, none of them the input's last) into `lanes`, copying it to `dst`

@@ -76,13 +76,21 @@ pub fn xxh3(input: &[u8]) -> u64 {
 
 /// Copies `src` into `dst` (same length) and returns xxh3-64 of the bytes, in one pass.
 ///
+/// The hash is of the bytes `dst` received: each byte is read from `src` once, and that read
+/// is both stored and hashed. `src` may be memory another process can rewrite meanwhile (a
+/// same-host client's mapping of the server's arena): a second read could see other bytes
+/// than the copy got, and a check of the hash would pass bytes it never covered.
+///
 /// # Panics
 /// If the lengths differ, like [`slice::copy_from_slice`].
 pub fn copy_and_xxh3(dst: &mut [u8], src: &[u8]) -> u64 {
     assert_eq!(dst.len(), src.len(), "copy_and_xxh3 needs equal lengths");
     if src.len() <= MIDSIZE_MAX {
-        dst.copy_from_slice(src);
-        return xxhash_rust::xxh3::xxh3_64(src);
+        let mut once = [0u8; MIDSIZE_MAX];
+        let once = &mut once[..src.len()];
+        once.copy_from_slice(src);
+        dst.copy_from_slice(once);
+        return xxhash_rust::xxh3::xxh3_64(once);
     }
     if has_avx2() {
         // SAFETY: as in `xxh3`: AVX2 support was checked at run time.
@@ -131,10 +139,20 @@ mod avx2 {
 
 /// Without AVX2 the library's compile-time SIMD path is as fast as a portable loop would be.
 fn long_baseline(src: &[u8], dst: Option<&mut [u8]>) -> u64 {
-    if let Some(d) = dst {
-        d.copy_from_slice(src);
+    let Some(d) = dst else {
+        return xxhash_rust::xxh3::xxh3_64(src);
+    };
+    // Read each piece of `src` once, into a buffer that both the copy and the hash take
+    // (see `copy_and_xxh3`).
+    let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+    let mut once = [0u8; 4 * BLOCK];
+    for (from, to) in src.chunks(once.len()).zip(d.chunks_mut(once.len())) {
+        let once = &mut once[..from.len()];
+        once.copy_from_slice(from);
+        to.copy_from_slice(once);
+        hasher.update(once);
     }
-    xxhash_rust::xxh3::xxh3_64(src)
+    hasher.digest()
 }
 
 fn read64(b: &[u8], at: usize) -> u64 {

@@ -159,8 +159,9 @@ impl SharedArena {
             return Ok(memkv_checksum::xxh3(dst));
         }
         // SAFETY: in bounds as in `write`. The range holds a committed value pinned for this
-        // client (Lookup): the server neither frees nor rewrites it until Release, so nothing
-        // writes it while this shared slice lives.
+        // client (Lookup): the server neither frees nor rewrites it until Release. A client
+        // that outlives its pin's lease may find it rewritten by another process; the copy
+        // reads each byte once and returns the hash of what it read, which the caller checks.
         let src = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start), dst.len()) };
         Ok(memkv_checksum::copy_and_xxh3(dst, src))
     }
@@ -213,6 +214,48 @@ mod tests {
             err.to_string().contains("fewer than the 8192 announced"),
             "{err}"
         );
+    }
+
+    /// A range rewritten by another process while it is copied out (a pin whose lease ran out,
+    /// its space reused) must never pass the checksum check with other bytes than the ones
+    /// hashed: the checksum returned is that of the bytes the caller got. It used to hash a
+    /// second read of the arena for values up to 240 bytes and for the last 1 to 1024 bytes of
+    /// longer ones, so the caller could get one value's bytes under another's checksum.
+    #[test]
+    fn a_range_rewritten_during_a_read_never_passes_with_other_bytes() {
+        for len in [200usize, 4096 + 100] {
+            let (file, writer) = arena(1 << 20);
+            let reader =
+                SharedArena::map(file.as_fd().try_clone_to_owned().unwrap(), 1 << 20).unwrap();
+            // Two values that differ only in their last bytes, as one rewritten in place.
+            let a = vec![0x11u8; len];
+            let mut b = a.clone();
+            b[len - 50..].fill(0x22);
+            let (sum_a, sum_b) = (memkv_checksum::xxh3(&a), memkv_checksum::xxh3(&b));
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        writer.write(0, &a).unwrap();
+                        writer.write(0, &b).unwrap();
+                    }
+                });
+                let mut dst = vec![0u8; len];
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+                let mut wrong = 0u64;
+                while std::time::Instant::now() < until {
+                    let sum = reader.read(0, &mut dst).unwrap();
+                    if (sum == sum_a && dst != a) || (sum == sum_b && dst != b) {
+                        wrong += 1;
+                    }
+                }
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                assert_eq!(
+                    wrong, 0,
+                    "{len}-byte reads passed their checksum with other bytes"
+                );
+            });
+        }
     }
 
     /// A file that could shrink under the mapping would turn a later in-bounds copy into a
