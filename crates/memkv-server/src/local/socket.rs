@@ -1,5 +1,6 @@
 //! The abstract Unix socket where a LocalAttach token is traded for the arena's memfd.
 
+use std::collections::VecDeque;
 use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::sync::Arc;
@@ -8,7 +9,8 @@ use std::time::{Duration, Instant};
 use memkv_proto::local::{AttachAnswer, TOKEN_LEN};
 use tokio::io::{AsyncReadExt, Interest};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 use super::LocalTransport;
 use super::tokens::MAX_OUTSTANDING;
@@ -37,24 +39,30 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     // Anyone on the host can connect, key or not, and each waiting connection holds a
-    // descriptor: no more wait than there can be tokens to trade.
-    let waiting = Arc::new(Semaphore::new(MAX_OUTSTANDING));
+    // descriptor: no more wait than there can be tokens to trade. When that many wait, the
+    // one waiting longest is closed for the newcomer: a client with a token sends it as it
+    // connects, so the ones left waiting are those that never will, and turning the
+    // newcomer away instead would let anyone on the host keep every client out.
+    let mut waiting: VecDeque<AbortHandle> = VecDeque::with_capacity(MAX_OUTSTANDING);
     loop {
         tokio::select! {
             _ = crate::server::stopped(&mut stop) => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let Ok(place) = Arc::clone(&waiting).try_acquire_owned() else {
-                        tracing::debug!("same-host socket: {MAX_OUTSTANDING} trades waiting; closing another");
-                        continue;
-                    };
+                    waiting.retain(|t| !t.is_finished());
+                    if waiting.len() >= MAX_OUTSTANDING
+                        && let Some(oldest) = waiting.pop_front()
+                    {
+                        tracing::debug!("same-host socket: {MAX_OUTSTANDING} trades waiting; closing the oldest");
+                        oldest.abort();
+                    }
                     let local = Arc::clone(&local);
-                    tokio::spawn(async move {
+                    let trading = tokio::spawn(async move {
                         if let Err(e) = trade(&local, stream).await {
                             tracing::debug!(error = %e, "same-host attach failed");
                         }
-                        drop(place);
                     });
+                    waiting.push_back(trading.abort_handle());
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "same-host socket: accept failed");
@@ -132,6 +140,34 @@ mod tests {
             matches!(&replayed, (AttachAnswer::Refused(why), false) if why.contains("already used")),
             "{replayed:?}"
         );
+    }
+
+    /// Anyone on the host can connect to the socket without the key. Connections that never
+    /// send a token must not lock out a client that holds one: it used to be turned away
+    /// while 256 such connections waited out their 5 seconds, again and again.
+    #[tokio::test]
+    async fn idle_connections_do_not_lock_out_a_client_with_a_token() {
+        let mut config = memkv_store::StoreConfig::memory(8 << 20);
+        config.share_memory = true;
+        let store = memkv_store::Store::open(config).unwrap();
+        let (local, listener) = crate::local::start(store.arena_handle()).unwrap().unwrap();
+        let (_stop, stopped) = watch::channel(false);
+        tokio::spawn(serve(Arc::clone(&local), listener, stopped));
+        let name = local.socket_name.clone();
+        let token = local.tokens.mint(Instant::now()).unwrap();
+
+        let client = tokio::task::spawn_blocking(move || {
+            let addr = SocketAddr::from_abstract_name(&name).unwrap();
+            let idle: Vec<UnixStream> = (0..MAX_OUTSTANDING + 8)
+                .map(|_| UnixStream::connect_addr(&addr).unwrap())
+                .collect();
+            // Let the server accept them all before the client comes.
+            std::thread::sleep(Duration::from_millis(200));
+            let granted = trade_as_client(&name, &token);
+            drop(idle);
+            granted
+        });
+        assert_eq!(client.await.unwrap(), (AttachAnswer::Granted, true));
     }
 
     #[tokio::test]
