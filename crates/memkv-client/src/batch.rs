@@ -5,6 +5,7 @@
 use memkv_proto::batch;
 use memkv_proto::{Opcode, ProtoError, Status};
 
+use crate::by_server::{deal, gather};
 use crate::destination::{Found, copy_into, copy_verified_into};
 use crate::local::routes::ItemDest;
 use crate::plan::{
@@ -14,6 +15,7 @@ use crate::plan::{
 use crate::superseded::Superseded;
 use crate::{Client, Error, Result};
 use futures::future::join_all;
+use tokio::time::Instant;
 
 /// Spreads chunk outcomes over the per-item results; a failed chunk fails each of its items.
 fn scatter<T>(
@@ -89,11 +91,33 @@ impl Client {
         }
     }
 
-    /// [`Client::put_batch`] of items whose valid keys are all different.
+    /// [`Client::put_batch`] of items whose valid keys are all different: each server's
+    /// items on their own (`by_server.rs`).
     pub(crate) async fn put_batch_distinct<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         &self,
         items: &[(K, V)],
     ) -> Vec<Result<()>> {
+        let Some(groups) = self.server_groups(items.iter().map(|(k, _)| k.as_ref())) else {
+            return self.put_batch_two_step(items).await;
+        };
+        let done = join_all(groups.iter().map(|group| async move {
+            let sub: Vec<(&[u8], &[u8])> = group
+                .iter()
+                .map(|&i| (items[i].0.as_ref(), items[i].1.as_ref()))
+                .collect();
+            self.put_batch_two_step(&sub).await
+        }))
+        .await;
+        gather(items.len(), &groups, done)
+    }
+
+    /// Through shared memory, then the rest over RDMA or TCP within what is left of the
+    /// deadline.
+    async fn put_batch_two_step<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        items: &[(K, V)],
+    ) -> Vec<Result<()>> {
+        let started = Instant::now();
         let mut out = self.put_batch_local("put_batch", items).await;
         let rest: Vec<usize> = (0..items.len()).filter(|&i| out[i].is_none()).collect();
         if !rest.is_empty() {
@@ -101,8 +125,18 @@ impl Client {
                 .iter()
                 .map(|&i| (items[i].0.as_ref(), items[i].1.as_ref()))
                 .collect();
-            for (&i, r) in rest.iter().zip(self.put_batch_remote(&pairs).await) {
-                out[i] = Some(r);
+            let results: Vec<Result<()>> = match self.for_the_rest(started) {
+                Some(c) => c.put_batch_remote(&pairs).await,
+                None => pairs
+                    .iter()
+                    .map(|&(k, v)| {
+                        self.check_value(v)
+                            .and_then(|()| self.out_of_time("put_batch", k))
+                    })
+                    .collect(),
+            };
+            for (&i, r) in rest.iter().zip(results) {
+                out[i] = Some(self.whole_deadline(r));
             }
         }
         out.into_iter()
@@ -299,6 +333,21 @@ impl Client {
     /// The value of each key (`None` when absent); one result per key, in order. A value the
     /// server could not fit in a batch answer (`TooLarge`) is fetched on its own.
     pub async fn get_batch<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Vec<u8>>>> {
+        let Some(groups) = self.server_groups(keys.iter().map(AsRef::as_ref)) else {
+            return self.get_batch_two_step(keys).await;
+        };
+        let done = join_all(groups.iter().map(|group| async move {
+            let sub: Vec<&[u8]> = group.iter().map(|&i| keys[i].as_ref()).collect();
+            self.get_batch_two_step(&sub).await
+        }))
+        .await;
+        gather(keys.len(), &groups, done)
+    }
+
+    /// [`Client::get_batch`] through shared memory, then the rest over RDMA or TCP within
+    /// what is left of the deadline.
+    async fn get_batch_two_step<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Vec<u8>>>> {
+        let started = Instant::now();
         let mut vecs: Vec<Vec<u8>> = keys.iter().map(|_| Vec::new()).collect();
         let local = self
             .get_batch_local(
@@ -312,7 +361,14 @@ impl Client {
         }
         let rest: Vec<usize> = (0..keys.len()).filter(|&i| local[i].is_none()).collect();
         let rest_keys: Vec<&[u8]> = rest.iter().map(|&i| keys[i].as_ref()).collect();
-        let mut remote = self.get_batch_remote(&rest_keys).await.into_iter();
+        let remote = match self.for_the_rest(started) {
+            Some(c) => c.get_batch_remote(&rest_keys).await,
+            None => rest_keys
+                .iter()
+                .map(|k| self.out_of_time("get_batch", k))
+                .collect(),
+        };
+        let mut remote = remote.into_iter().map(|r| self.whole_deadline(r));
         local
             .into_iter()
             .zip(vecs)
@@ -384,6 +440,31 @@ impl Client {
         bufs: &mut [B],
     ) -> Vec<Result<Option<usize>>> {
         assert_eq!(keys.len(), bufs.len(), "get_batch_into: one buffer per key");
+        let Some(groups) = self.server_groups(keys.iter().map(AsRef::as_ref)) else {
+            return self.get_batch_into_two_step(keys, bufs).await;
+        };
+        let by_group = deal(bufs.iter_mut().map(AsMut::as_mut), &groups);
+        let done = join_all(
+            groups
+                .iter()
+                .zip(by_group)
+                .map(|(group, mut sub_bufs)| async move {
+                    let sub_keys: Vec<&[u8]> = group.iter().map(|&i| keys[i].as_ref()).collect();
+                    self.get_batch_into_two_step(&sub_keys, &mut sub_bufs).await
+                }),
+        )
+        .await;
+        gather(keys.len(), &groups, done)
+    }
+
+    /// [`Client::get_batch_into`] through shared memory, then the rest over RDMA or TCP
+    /// within what is left of the deadline.
+    async fn get_batch_into_two_step<K: AsRef<[u8]>, B: AsMut<[u8]>>(
+        &self,
+        keys: &[K],
+        bufs: &mut [B],
+    ) -> Vec<Result<Option<usize>>> {
+        let started = Instant::now();
         let mut local = self
             .get_batch_local(
                 "get_batch",
@@ -404,9 +485,15 @@ impl Client {
                         rest_bufs.push(b.as_mut());
                     }
                 }
-                let results = self.get_batch_into_remote(&rest_keys, &mut rest_bufs).await;
+                let results = match self.for_the_rest(started) {
+                    Some(c) => c.get_batch_into_remote(&rest_keys, &mut rest_bufs).await,
+                    None => rest_keys
+                        .iter()
+                        .map(|k| self.out_of_time("get_batch", k))
+                        .collect(),
+                };
                 for (&i, r) in rest.iter().zip(results) {
-                    local[i] = Some(r);
+                    local[i] = Some(self.whole_deadline(r));
                 }
             }
             return local

@@ -3,6 +3,7 @@
 
 use memkv_proto::{Opcode, Status};
 
+use crate::by_server::{deal, gather};
 use crate::client::Request;
 use crate::conn::Sink;
 use crate::destination::copy_into;
@@ -98,6 +99,31 @@ impl Client {
         dests: Vec<D>,
     ) -> (Vec<Result<Option<usize>>>, Vec<Option<D>>) {
         assert_eq!(keys.len(), dests.len(), "one destination per key");
+        let Some(groups) = self.server_groups(keys.iter().map(AsRef::as_ref)) else {
+            return self.get_batch_into_destinations_two_step(keys, dests).await;
+        };
+        let by_group = deal(dests, &groups);
+        let done = futures::future::join_all(groups.iter().zip(by_group).map(
+            |(group, sub_dests)| async move {
+                let sub_keys: Vec<&[u8]> = group.iter().map(|&i| keys[i].as_ref()).collect();
+                let (results, back) = self
+                    .get_batch_into_destinations_two_step(&sub_keys, sub_dests)
+                    .await;
+                results.into_iter().zip(back).collect::<Vec<_>>()
+            },
+        ))
+        .await;
+        gather(keys.len(), &groups, done).into_iter().unzip()
+    }
+
+    /// [`Client::get_batch_into_destinations`] through shared memory, then the rest over RDMA
+    /// or TCP within what is left of the deadline.
+    async fn get_batch_into_destinations_two_step<K: AsRef<[u8]>, D: ReadDestination>(
+        &self,
+        keys: &[K],
+        dests: Vec<D>,
+    ) -> (Vec<Result<Option<usize>>>, Vec<Option<D>>) {
+        let started = tokio::time::Instant::now();
         let mut dests: Vec<D> = dests;
         let mut out = self
             .get_batch_local(
@@ -117,9 +143,18 @@ impl Client {
                 .iter()
                 .map(|&i| dests[i].take().expect("each destination is taken once"))
                 .collect();
-            let (results, back) = self.get_batch_into_owned(&rest_keys, rest_dests).await;
+            let (results, back) = match self.for_the_rest(started) {
+                Some(c) => c.get_batch_into_owned(&rest_keys, rest_dests).await,
+                None => (
+                    rest_keys
+                        .iter()
+                        .map(|k| self.out_of_time("get_batch", k))
+                        .collect(),
+                    rest_dests.into_iter().map(Some).collect(),
+                ),
+            };
             for ((&i, r), d) in rest.iter().zip(results).zip(back) {
-                out[i] = Some(r);
+                out[i] = Some(self.whole_deadline(r));
                 dests[i] = d;
             }
         }

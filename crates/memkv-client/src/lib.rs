@@ -23,6 +23,7 @@
 
 mod batch;
 mod blocking;
+mod by_server;
 mod client;
 pub mod config;
 mod conn;

@@ -1,0 +1,282 @@
+//! A batch across several servers while one of them misbehaves (refuses connections, hangs,
+//! restarts), as an inference engine sees it: the healthy servers' items come back, in the
+//! caller's order, within one deadline.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{client_config, start};
+use memkv_client::{Client, Error, Transport};
+use memkv_server::Server;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A TCP relay in front of a real server that can be frozen: frozen, it accepts nothing and
+/// moves no byte either way, but keeps its connections open (a SIGSTOPped server: its kernel
+/// still completes connects and acknowledges bytes; nothing answers).
+struct Freezer {
+    addr: String,
+    frozen: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Freezer {
+    async fn new(upstream: std::net::SocketAddr) -> Freezer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let frozen = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&frozen);
+        let task = tokio::spawn(async move {
+            loop {
+                while flag.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                let Ok((down, _)) = listener.accept().await else {
+                    return;
+                };
+                let Ok(up) = TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let _ = down.set_nodelay(true);
+                let _ = up.set_nodelay(true);
+                let (dr, dw) = down.into_split();
+                let (ur, uw) = up.into_split();
+                tokio::spawn(relay(dr, uw, Arc::clone(&flag)));
+                tokio::spawn(relay(ur, dw, Arc::clone(&flag)));
+            }
+        });
+        Freezer { addr, frozen, task }
+    }
+
+    fn freeze(&self, on: bool) {
+        self.frozen.store(on, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn relay(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    frozen: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn keys(n: usize, tag: &str) -> Vec<Vec<u8>> {
+    (0..n).map(|i| format!("{tag}/{i}").into_bytes()).collect()
+}
+
+/// Three healthy servers and one behind a [`Freezer`].
+async fn fleet(transport: Transport, deadline: Duration) -> (Vec<Server>, Freezer, Client) {
+    let servers = vec![
+        start("").await,
+        start("").await,
+        start("").await,
+        start("").await,
+    ];
+    let freezer = Freezer::new(servers[3].data_addr()).await;
+    let mut config = client_config(&servers.iter().collect::<Vec<_>>());
+    config.servers[3] = freezer.addr.clone();
+    config.transport = transport;
+    config.timeout = deadline;
+    let c = Client::connect(config).await.unwrap();
+    (servers, freezer, c)
+}
+
+/// A batch across four servers, one of them hung after the client had used it: every other
+/// server's items come back (in the caller's order, with their values) and the hung server's
+/// fail, within one deadline, for every batch operation; once the server answers again the
+/// next batch uses it.
+#[tokio::test]
+async fn a_hung_server_fails_only_its_items_within_one_deadline() {
+    let deadline = Duration::from_millis(500);
+    let (servers, freezer, c) = fleet(Transport::Tcp, deadline).await;
+    let ks = keys(400, "hung");
+    let items: Vec<(Vec<u8>, Vec<u8>)> = ks
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            (
+                k.clone(),
+                common::pattern(if i % 10 == 0 { 96 << 10 } else { 700 }, i as u64),
+            )
+        })
+        .collect();
+    for r in c.put_batch(&items).await {
+        r.unwrap();
+    }
+    freezer.freeze(true);
+    let hung = |k: &[u8]| c.owner(k) == freezer.addr;
+    assert!(ks.iter().any(|k| hung(k)) && !ks.iter().all(|k| hung(k)));
+    let within = |what: &str, took: Duration| {
+        assert!(
+            took < deadline + Duration::from_millis(400),
+            "{what} took {took:?} with a deadline of {deadline:?}"
+        );
+    };
+
+    let t = Instant::now();
+    let r = c.put_batch(&items).await;
+    within("put_batch", t.elapsed());
+    for ((k, _), r) in items.iter().zip(&r) {
+        assert_eq!(r.is_err(), hung(k), "{r:?}");
+    }
+    let t = Instant::now();
+    let r = c.get_batch(&ks).await;
+    within("get_batch", t.elapsed());
+    for ((k, v), r) in items.iter().zip(&r) {
+        match r {
+            Ok(got) => assert_eq!(got.as_ref(), Some(v), "{k:?}"),
+            Err(e) => {
+                assert!(hung(k), "{k:?}: {e}");
+                assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+                assert_eq!(e.server(), Some(freezer.addr.as_str()));
+            }
+        }
+    }
+    let t = Instant::now();
+    let r = c.exists_batch(&ks).await;
+    within("exists_batch", t.elapsed());
+    for (k, r) in ks.iter().zip(&r) {
+        assert_eq!(r.as_ref().ok(), (!hung(k)).then_some(&true), "{r:?}");
+    }
+    let dests: Vec<Vec<u8>> = ks.iter().map(|_| vec![0u8; 128 << 10]).collect();
+    let t = Instant::now();
+    let (r, back) = c.get_batch_into_destinations(&ks, dests).await;
+    within("get_batch_into_destinations", t.elapsed());
+    for (((k, v), r), d) in items.iter().zip(&r).zip(&back) {
+        match r {
+            Ok(len) => assert_eq!(&d.as_ref().unwrap()[..len.unwrap()], &v[..], "{k:?}"),
+            Err(e) => assert!(hung(k), "{k:?}: {e}"),
+        }
+    }
+
+    freezer.freeze(false);
+    let t = Instant::now();
+    for r in c.get_batch(&ks).await {
+        assert!(r.unwrap().is_some());
+    }
+    within("get_batch once the server answers again", t.elapsed());
+    drop(freezer);
+    for s in servers {
+        s.shutdown().await.unwrap();
+    }
+}
+
+/// Under `auto` a batch moves its same-host servers' large values through shared memory and
+/// the rest over TCP. Those steps ran one after the other over the whole batch: with one
+/// same-host server hung, its large values waited out the deadline, then its small ones were
+/// sent over TCP and waited out a second deadline, and every healthy server's small values
+/// waited for the first step to end. Each server's items now take the two steps on their own,
+/// the second within what is left of the deadline.
+#[tokio::test]
+async fn a_hung_same_host_server_costs_a_batch_of_mixed_sizes_one_deadline_not_two() {
+    let deadline = Duration::from_millis(600);
+    let (servers, freezer, c) = fleet(Transport::Auto, deadline).await;
+    let ks = keys(100, "mixed");
+    let items: Vec<(Vec<u8>, Vec<u8>)> = ks
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let len = if i % 2 == 0 { 256 << 10 } else { 1 << 10 };
+            (k.clone(), common::pattern(len, i as u64))
+        })
+        .collect();
+    for r in c.put_batch(&items).await {
+        r.unwrap();
+    }
+    // Each server's items go their own way; the results still come in the caller's order,
+    // an invalid key's among them.
+    let mut named: Vec<&[u8]> = ks.iter().map(Vec::as_slice).collect();
+    named.insert(37, b"");
+    let got = c.get_batch(&named).await;
+    assert!(
+        matches!(got[37], Err(Error::TooLarge { len: 0, .. })),
+        "{:?}",
+        got[37]
+    );
+    let values = items.iter().map(|(_, v)| Some(v));
+    for (want, got) in values.zip(got.iter().take(37).chain(got.iter().skip(38))) {
+        assert_eq!(got.as_ref().unwrap().as_ref(), want);
+    }
+    assert!(
+        c.shared_memory_servers().contains(&freezer.addr),
+        "the test needs the hung server attached: {:?}",
+        c.shared_memory_servers()
+    );
+    freezer.freeze(true);
+    let hung = |k: &[u8]| c.owner(k) == freezer.addr;
+    let t = Instant::now();
+    let r = c.put_batch(&items).await;
+    let took = t.elapsed();
+    for ((k, _), r) in items.iter().zip(&r) {
+        assert_eq!(r.is_err(), hung(k), "{r:?}");
+        if let Err(e) = r {
+            assert!(
+                matches!(e, Error::Timeout { after, .. } if *after == deadline),
+                "{e:?}"
+            );
+        }
+    }
+    assert!(
+        took < deadline + Duration::from_millis(300),
+        "put_batch took {took:?} with a deadline of {deadline:?}"
+    );
+    let dests: Vec<Vec<u8>> = (0..ks.len())
+        .map(|i| vec![0u8; if i % 2 == 0 { 1 << 20 } else { 4 << 10 }])
+        .collect();
+    let t = Instant::now();
+    let (r, back) = c.get_batch_into_destinations(&ks, dests).await;
+    let took = t.elapsed();
+    for (((k, v), r), d) in items.iter().zip(&r).zip(&back) {
+        match r {
+            Ok(len) => assert_eq!(&d.as_ref().unwrap()[..len.unwrap()], &v[..], "{k:?}"),
+            Err(e) => assert!(hung(k), "{k:?}: {e}"),
+        }
+    }
+    assert!(
+        took < deadline + Duration::from_millis(300),
+        "get_batch_into_destinations took {took:?} with a deadline of {deadline:?}"
+    );
+    let mut bufs: Vec<Vec<u8>> = (0..ks.len())
+        .map(|i| vec![0u8; if i % 2 == 0 { 1 << 20 } else { 4 << 10 }])
+        .collect();
+    let t = Instant::now();
+    let r = c.get_batch_into(&ks, &mut bufs).await;
+    let took = t.elapsed();
+    for ((k, _), r) in items.iter().zip(&r) {
+        assert_eq!(r.is_err(), hung(k), "{r:?}");
+    }
+    assert!(
+        took < deadline + Duration::from_millis(300),
+        "get_batch_into took {took:?} with a deadline of {deadline:?}"
+    );
+    freezer.freeze(false);
+    drop(freezer);
+    for s in servers {
+        s.shutdown().await.unwrap();
+    }
+}
