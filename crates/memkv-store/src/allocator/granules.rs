@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Default)]
 pub(super) struct GranuleMap {
-    by_start: BTreeMap<u64, u64>,
+    pub by_start: BTreeMap<u64, u64>,
     by_size: BTreeSet<(u64, u64)>,
     pub used: u64,
 }

@@ -22,6 +22,20 @@ use pages::{PAGES_PER_GRANULE, PageMap};
 const MIN_CLASS: u64 = 64;
 const MAX_SLAB_GRANULES: u64 = 8;
 
+/// Which unit holds each granule: a unit is what goes back to the free granules at once (a
+/// slab, a medium granule, a granule of a large value's run), so evicting every value in a unit
+/// frees its granules.
+pub(crate) struct Occupancy {
+    /// Per granule: the first granule of its unit, or [`Occupancy::FREE`].
+    pub unit: Vec<u32>,
+    /// Per unit (at its first granule): the bytes handed out in it.
+    pub bytes: Vec<u64>,
+}
+
+impl Occupancy {
+    pub const FREE: u32 = u32::MAX;
+}
+
 /// One handed-out range: 12 bytes, since every stored block carries one (the index's cost
 /// per block is what #16 shrinks). Where it starts and what it reserves are derived from its
 /// kind and the allocator's geometry ([`Allocator::offset`], [`Allocator::reserved`]) rather
@@ -281,6 +295,82 @@ impl Allocator {
         }
     }
 
+    /// How many free granules in one run a new allocation of `len` bytes needs when no slab or
+    /// medium granule already in use has room for it: its slab's, one medium granule, or its
+    /// own run.
+    pub fn granules_needed(&self, len: u64) -> u64 {
+        let class = self.class_sizes.partition_point(|&s| s < len);
+        if len == 0 {
+            0
+        } else if class < self.class_sizes.len() {
+            lock(&self.classes[class]).slab_granules
+        } else if len.div_ceil(self.page_size) < u64::from(PAGES_PER_GRANULE) {
+            1
+        } else {
+            len.div_ceil(self.granule)
+        }
+    }
+
+    /// The units `alloc` lies in (see [`Occupancy`]) and the bytes it holds in each: every
+    /// granule of a large value's run, else the one slab or medium granule that holds it.
+    pub fn units(&self, alloc: &Allocation) -> (std::ops::Range<u32>, u64) {
+        match alloc.kind {
+            AllocKind::Empty => (0..0, 0),
+            AllocKind::Granules { start, count } => (start..start + count, self.granule),
+            AllocKind::Pages { granule, count, .. } => {
+                (granule..granule + 1, u64::from(count) * self.page_size)
+            }
+            AllocKind::Slot { class, slab, .. } => {
+                (slab..slab + 1, self.class_sizes[usize::from(class)])
+            }
+        }
+    }
+
+    /// What holds each granule, for evicting the values in one place so that a run of free
+    /// granules appears ([`crate::memory::MemoryBackend::evict_room_for`]). Each lock is taken
+    /// on its own (never two at once, so no order against `allocate` and `free`), so the
+    /// picture may be slightly stale; whoever uses it checks by allocating.
+    pub fn occupancy(&self) -> Occupancy {
+        let n = self.granules_total as usize;
+        // Every granule starts as its own unit, wholly used (a large value's run), until the
+        // free runs, slabs and medium granules say otherwise.
+        let mut occ = Occupancy {
+            unit: (0..n as u32).collect(),
+            bytes: vec![self.granule; n],
+        };
+        let free: Vec<(u64, u64)> = lock(&self.granules)
+            .by_start
+            .iter()
+            .map(|(&s, &c)| (s, c))
+            .collect();
+        for (start, count) in free {
+            for g in start..start + count {
+                occ.unit[g as usize] = Occupancy::FREE;
+                occ.bytes[g as usize] = 0;
+            }
+        }
+        let medium: Vec<(u64, u64)> = lock(&self.pages)
+            .maps
+            .iter()
+            .map(|(&g, &map)| (g, u64::from(map.count_ones()) * self.page_size))
+            .collect();
+        for (g, bytes) in medium {
+            occ.bytes[g as usize] = bytes;
+        }
+        for (class, size) in self.classes.iter().zip(&self.class_sizes) {
+            let c = lock(class);
+            for (&start, slab) in &c.slabs {
+                let live = c.slots_per_slab - slab.free_slots(c.slots_per_slab);
+                for g in start..start + c.slab_granules {
+                    occ.unit[g as usize] = start as u32;
+                    occ.bytes[g as usize] = 0;
+                }
+                occ.bytes[start as usize] = u64::from(live) * size;
+            }
+        }
+        occ
+    }
+
     pub fn stats(&self) -> AllocStats {
         AllocStats {
             reserved_bytes: self.reserved.load(Ordering::Relaxed),
@@ -367,6 +457,17 @@ mod tests {
                         prop_assert!(disjoint, "{al:?} overlaps {o:?}");
                     }
                     live.push((al, len));
+                }
+                // The occupancy picture accounts for every reserved byte, in the units the
+                // live allocations name.
+                let occ = a.occupancy();
+                prop_assert_eq!(occ.bytes.iter().sum::<u64>(), a.stats().reserved_bytes);
+                for (al, _) in &live {
+                    let (units, bytes) = a.units(al);
+                    prop_assert!(bytes <= a.reserved(al));
+                    for u in units {
+                        prop_assert_eq!(occ.unit[u as usize], u, "{:?}", al);
+                    }
                 }
             }
             for (al, _) in live.drain(..) {

@@ -9,7 +9,7 @@ pub(super) const PAGES_PER_GRANULE: u32 = 64;
 #[derive(Default)]
 pub(super) struct PageMap {
     /// Used-page bitmap per medium granule.
-    maps: HashMap<u64, u64>,
+    pub maps: HashMap<u64, u64>,
     /// `(longest free run, granule)` for granules with a free page.
     by_run: BTreeSet<(u32, u64)>,
 }

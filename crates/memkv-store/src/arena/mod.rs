@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use memmap2::{Advice, MmapOptions, MmapRaw};
 
-use crate::allocator::{AllocStats, Allocation, Allocator};
+use crate::allocator::{AllocStats, Allocation, Allocator, Occupancy};
 pub(crate) use discard::discard_range;
 pub(crate) use drive_map::DriveMap;
 pub(crate) use entry::Entry;
@@ -159,6 +159,16 @@ impl MemoryArena {
     pub fn alloc_stats(&self) -> AllocStats {
         self.allocator.stats()
     }
+
+    /// Free granules in one run that a new block of `len` bytes may need.
+    pub fn granules_needed(&self, len: u64) -> u64 {
+        self.allocator.granules_needed(len)
+    }
+
+    /// What holds each granule (a picture that may be slightly stale).
+    pub fn occupancy(&self) -> Occupancy {
+        self.allocator.occupancy()
+    }
 }
 
 /// Exclusive owner of `len` bytes at `offset` inside the arena; frees them on drop. Every
@@ -191,6 +201,12 @@ impl ArenaBlock {
 
     pub fn len(&self) -> usize {
         (self.arena.allocator.reserved(&self.alloc) - u64::from(self.slack)) as usize
+    }
+
+    /// The allocator's units this block lies in and the bytes it holds in each
+    /// ([`Occupancy`]).
+    pub fn units(&self) -> (std::ops::Range<u32>, u64) {
+        self.arena.allocator.units(&self.alloc)
     }
 
     pub fn as_slice(&self) -> &[u8] {

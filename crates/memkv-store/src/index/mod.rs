@@ -274,6 +274,21 @@ impl<B> Index<B> {
         None
     }
 
+    /// Removes and returns every entry `pick` chooses, shard by shard under each one's write
+    /// lock (so `pick` sees who else holds an entry as eviction does).
+    pub fn evict_where(&self, pick: impl Fn(&Entry<B>) -> bool) -> Vec<Entry<B>> {
+        let mut taken = Vec::new();
+        for s in 0..SHARDS {
+            let mut shard = self.write(s);
+            for i in 0..shard.table.num_buckets() {
+                if shard.table.get_bucket(i).is_some_and(&pick) {
+                    taken.extend(shard.remove_bucket(i));
+                }
+            }
+        }
+        taken
+    }
+
     /// Visits every entry (shard by shard; concurrent changes may or may not be seen).
     pub fn for_each(&self, mut f: impl FnMut(&Entry<B>)) {
         for i in 0..SHARDS {
