@@ -247,3 +247,39 @@ async fn under_shm_a_restarted_server_is_attached_again() {
     assert_eq!(c.shared_memory_servers(), vec![addr], "attached again");
     second.shutdown().await.unwrap();
 }
+
+/// A client with nothing to do lets go of a stopped server's arena too: the server closing its
+/// connections is enough. It used to keep the arena (and every value in it) mapped until its
+/// next operation, so a server restarted under idle clients found its old arena still holding
+/// the hugepages and memory it needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_client_lets_go_of_a_stopped_servers_arena() {
+    // A size no other test here uses, to find this arena's mappings.
+    const LEN: u64 = 91 << 20;
+    let yaml = format!(
+        "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 91 MiB\n"
+    );
+    let server = Server::start(ServerConfig::from_yaml_str(&yaml, "test").unwrap())
+        .await
+        .unwrap();
+    let mut config = client_config(&[&server]);
+    config.transport = Transport::Shm;
+    let c = Client::connect(config).await.unwrap();
+    c.put(b"k", &pattern(200_000, 1)).await.unwrap();
+    assert_eq!(
+        arena_mappings(LEN),
+        2,
+        "the server's mapping and the client's"
+    );
+
+    server.shutdown().await.unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while arena_mappings(LEN) > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        (arena_mappings(LEN), c.shared_memory_servers()),
+        (0, Vec::<String>::new()),
+        "with no operation after the server stopped, the client still maps its arena"
+    );
+}

@@ -138,6 +138,13 @@ impl Connection {
         !self.shared.is_closed()
     }
 
+    /// Resolves once the connection is closed: by the server (it stopped, or closed it idle),
+    /// by a failure, or by the client dropping it. It does not keep the connection open.
+    pub fn closing(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let shared = Arc::clone(&self.shared);
+        async move { shared.closed().await }
+    }
+
     /// Sends one request and waits for its response. `payload` is written as given (vectored);
     /// `sum` is its checksum when the caller has it. The response payload goes to `sink`.
     pub async fn call(

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use memkv_proto::Opcode;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use super::{Response, Sink};
 use crate::Error;
@@ -29,6 +29,8 @@ struct State {
 pub(crate) struct Pending {
     server: String,
     closed: AtomicBool,
+    /// Wakes [`Pending::closed`] waiters.
+    closing: Notify,
     state: Mutex<State>,
 }
 
@@ -37,6 +39,7 @@ impl Pending {
         Pending {
             server: server.to_owned(),
             closed: AtomicBool::new(false),
+            closing: Notify::new(),
             state: Mutex::new(State {
                 map: HashMap::new(),
                 closed: None,
@@ -95,9 +98,20 @@ impl Pending {
             self.closed.store(true, Ordering::Release);
             state.map.drain().map(|(_, e)| e).collect()
         };
+        self.closing.notify_waiters();
         for entry in drained {
             let _ = entry.tx.send(Err(err.clone()));
         }
+    }
+
+    /// Returns once the connection is closed (at once if it is).
+    pub async fn closed(&self) {
+        // Registered before the check: a close in between still wakes it.
+        let notified = self.closing.notified();
+        if self.is_closed() {
+            return;
+        }
+        notified.await;
     }
 
     /// Why the connection closed (or a generic reason if it has not).

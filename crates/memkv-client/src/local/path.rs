@@ -93,6 +93,19 @@ impl LocalPath {
         }
     }
 
+    /// Lets go of `attached` (if it is still server `index`'s attachment) when its server
+    /// closed the connection it is watched on: the next operation attaches afresh, at once.
+    fn let_go(&self, index: usize, attached: &Arc<Attached>) {
+        let mut slot = self.lock(index);
+        if matches!(&*slot, Slot::Attached(a) if Arc::ptr_eq(a, attached)) {
+            tracing::info!(
+                server = index,
+                "same-host transport: the server closed its connection; its arena is let go"
+            );
+            *slot = Slot::Untried;
+        }
+    }
+
     /// Names of the servers attached now (`servers` as the client lists them).
     pub fn attached<'a>(&self, servers: &[&'a str]) -> Vec<&'a str> {
         (0..self.servers.len())
@@ -146,9 +159,7 @@ impl Client {
         if let Some(known) = local.current(index, server)? {
             return Ok(known);
         }
-        let outcome = self.attach_local(index).await;
-        let mut slot = local.lock(index);
-        match outcome {
+        let why = match self.attach_local(index).await {
             Ok(attached) => {
                 tracing::info!(
                     server,
@@ -156,39 +167,62 @@ impl Client {
                     "same-host transport: values move through the server's arena"
                 );
                 let attached = Arc::new(attached);
-                *slot = Slot::Attached(Arc::clone(&attached));
-                Ok(Some(attached))
+                *local.lock(index) = Slot::Attached(Arc::clone(&attached));
+                self.let_go_when_closed(index, &attached).await;
+                return Ok(Some(attached));
             }
-            Err(why) => {
-                let reason = why.to_string();
-                match &why {
-                    NotLocal::Failed(_) => {
-                        tracing::warn!(server, %reason, "same-host transport: attach failed")
-                    }
-                    _ => tracing::debug!(server, %reason, "same-host transport: not used"),
-                }
-                let retry = match why {
-                    // The server is down or slow: the operation fails anyway; try again soon.
-                    NotLocal::Failed(Error::Timeout { .. } | Error::Unreachable { .. }) => {
-                        REATTACH_AFTER * 10
-                    }
-                    // A refusal, or a server that does not know LocalAttach (an older one
-                    // closes the connection): do not ask again for a while.
-                    NotLocal::Failed(_) | NotLocal::Refused(_) | NotLocal::Elsewhere(_) => {
-                        RETRY_AFTER
-                    }
-                };
-                *slot = Slot::Unavailable {
-                    reason: reason.clone(),
-                    until: Instant::now() + retry,
-                };
-                match why {
-                    NotLocal::Failed(e @ Error::Timeout { .. }) => Err(e),
-                    _ if local.strict => Err(unavailable(server, &reason)),
-                    _ => Ok(None),
-                }
+            Err(why) => why,
+        };
+        let mut slot = local.lock(index);
+        let reason = why.to_string();
+        match &why {
+            NotLocal::Failed(_) => {
+                tracing::warn!(server, %reason, "same-host transport: attach failed")
             }
+            _ => tracing::debug!(server, %reason, "same-host transport: not used"),
         }
+        let retry = match why {
+            // The server is down or slow: the operation fails anyway; try again soon.
+            NotLocal::Failed(Error::Timeout { .. } | Error::Unreachable { .. }) => {
+                REATTACH_AFTER * 10
+            }
+            // A refusal, or a server that does not know LocalAttach (an older one
+            // closes the connection): do not ask again for a while.
+            NotLocal::Failed(_) | NotLocal::Refused(_) | NotLocal::Elsewhere(_) => RETRY_AFTER,
+        };
+        *slot = Slot::Unavailable {
+            reason: reason.clone(),
+            until: Instant::now() + retry,
+        };
+        match why {
+            NotLocal::Failed(e @ Error::Timeout { .. }) => Err(e),
+            _ if local.strict => Err(unavailable(server, &reason)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Watches one of server `index`'s connections and lets go of `attached` when it closes.
+    /// Without it a client with nothing to do kept a stopped server's arena mapped, and with
+    /// it every value the server held, until its next operation: a server restarted under
+    /// idle clients found its hugepages still held by its old arena and fell back to 4 KiB
+    /// pages. A server closes its connections as it stops (and idle ones after
+    /// `network.idle_timeout`; the next operation then attaches again). The watch keeps
+    /// neither the connection, the client nor the mapping alive.
+    async fn let_go_when_closed(&self, index: usize, attached: &Arc<Attached>) {
+        let Ok(connection) = self.inner.pools[index].connection().await else {
+            return;
+        };
+        let closing = connection.into_connection().closing();
+        let client = Arc::downgrade(&self.inner);
+        let attached = Arc::downgrade(attached);
+        tokio::spawn(async move {
+            closing.await;
+            if let (Some(inner), Some(attached)) = (client.upgrade(), attached.upgrade())
+                && let Some(local) = &inner.local
+            {
+                local.let_go(index, &attached);
+            }
+        });
     }
 
     /// Each server's mapped arena for the servers in `servers` (indices, repeats allowed);
