@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,6 +191,53 @@ def test_servers_of_one_fleet_share_a_key() -> None:
         c.put_many([(k, k.encode()) for k in keys])
         assert c.get_many(keys) == [k.encode() for k in keys]
         assert {srv.address for srv in (a, b)} == set(c.servers)
+
+
+def test_a_paused_server_in_a_fleet_fails_only_its_keys_within_one_deadline() -> None:
+    """One of three same-host servers hung (SIGSTOP) under a batch of mixed sizes: large values
+    move through shared memory and small ones over TCP. The batch returns the other servers'
+    items and fails the hung server's with TimeoutError, within one deadline (it took two when
+    the small values waited for the shared-memory step of every server first)."""
+    timeout_ms = 800
+    with (
+        MemkvServer() as a,
+        MemkvServer(auth_key=a.auth_key) as b,
+        MemkvServer(auth_key=a.auth_key) as hung,
+    ):
+        c = memkv.Client(
+            servers=[a.address, b.address, hung.address], auth_key=a.auth_key, timeout_ms=timeout_ms
+        )
+        keys = [f"fleet/mixed/{i}" for i in range(60)]
+        values = [bytes([i]) * (256 << 10 if i % 2 == 0 else 1 << 10) for i in range(60)]
+        c.put_many(list(zip(keys, values)))
+        hung.pause()
+        try:
+            started = time.monotonic()
+            with pytest.raises(memkv.Error) as put_failed:
+                c.put_many(list(zip(keys, values)))
+            put_took = time.monotonic() - started
+            bufs = [bytearray(len(v) * 2) for v in values]
+            started = time.monotonic()
+            with pytest.raises(memkv.TimeoutError) as get_failed:
+                c.get_many_into(keys, bufs)
+            get_took = time.monotonic() - started
+        finally:
+            hung.resume()
+        assert isinstance(put_failed.value, memkv.TimeoutError), put_failed.value
+        failed = set(get_failed.value.keys or [])
+        assert 0 < len(failed) < len(keys), failed
+        assert set(put_failed.value.keys or []) == failed
+        results = get_failed.value.results
+        assert results is not None
+        for key, value, buf, got in zip(keys, values, bufs, results):
+            if key.encode() in failed:
+                assert isinstance(got, memkv.TimeoutError), got
+                assert hung.address in str(got)
+            else:
+                assert got == len(value) and bytes(buf[: len(value)]) == value, key
+        limit = 1.5 * timeout_ms / 1000
+        assert put_took < limit and get_took < limit, (put_took, get_took)
+        assert c.exists_many(keys) == [True] * len(keys)
 
 
 FORK = textwrap.dedent(
