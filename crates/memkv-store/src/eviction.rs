@@ -4,17 +4,18 @@
 
 use crate::index::{Entry, Shard};
 
-/// Advances the shard's hand over the table's buckets and returns the bucket to evict, if any
-/// entry is evictable.
+/// Advances the shard's hand over the rest of the table's buckets and returns the first bucket
+/// whose entry is evictable and not referenced, clearing the referenced bits it passes. At the
+/// table's end the hand goes back to its start and `None` says the shard's part of the clock
+/// face is done: the hand moves on to the next shard.
 pub(crate) fn clock_pick<B>(
     shard: &mut Shard<B>,
     evictable: &impl Fn(&Entry<B>) -> bool,
 ) -> Option<usize> {
     let n = shard.table.num_buckets();
-    // Two full turns: the first may only clear referenced bits.
-    for _ in 0..2 * n {
-        let i = shard.hand % n;
-        shard.hand = (i + 1) % n;
+    while shard.hand < n {
+        let i = shard.hand;
+        shard.hand += 1;
         let Some(entry) = shard.table.get_bucket(i) else {
             continue;
         };
@@ -26,5 +27,6 @@ pub(crate) fn clock_pick<B>(
         }
         return Some(i);
     }
+    shard.hand = 0;
     None
 }

@@ -358,3 +358,39 @@ fn a_put_needing_adjacent_granules_evicts_about_its_size() {
         "a put of 8 granules evicted {evicted} of {held} one-granule values (8 would make room)"
     );
 }
+
+/// CLOCK gives a value just written, and one read since the hand last passed, a second chance
+/// over ones nobody used: the next puts evict the unused values, not those.
+#[test]
+fn eviction_takes_unused_values_before_ones_just_written_or_read() {
+    let s = store(16 << 20, 64 << 10);
+    let v = vec![1u8; 64 << 10];
+    for i in 0..256u32 {
+        s.put(format!("old{i}").as_bytes(), &v).unwrap();
+    }
+    assert_eq!(s.stats().evictions, 0);
+    // The first eviction finds every value used (each was just written) and clears them all.
+    s.put(b"new", &v).unwrap();
+    let read: Vec<u32> = (0..64u32)
+        .filter(|i| s.get(format!("old{i}").as_bytes()).unwrap().is_some())
+        .collect();
+    for i in 0..64u32 {
+        s.put(format!("new{i}").as_bytes(), &v).unwrap();
+    }
+    let lost_new: Vec<u32> = (0..64u32)
+        .filter(|i| !s.exists(format!("new{i}").as_bytes()))
+        .collect();
+    let lost_read: Vec<u32> = read
+        .iter()
+        .copied()
+        .filter(|i| !s.exists(format!("old{i}").as_bytes()))
+        .collect();
+    let unused_left = (64..256u32)
+        .filter(|i| s.exists(format!("old{i}").as_bytes()))
+        .count();
+    assert!(
+        lost_new.is_empty() && lost_read.is_empty(),
+        "values just written ({lost_new:?}) or read ({lost_read:?}) were evicted while \
+         {unused_left} unused ones stayed"
+    );
+}

@@ -258,11 +258,25 @@ impl<B> Index<B> {
         self.sweep(evictable, true)
     }
 
+    /// One hand over all shards, as one clock face: it sweeps a shard's buckets from where it
+    /// stopped to the table's end, then goes on to the next shard. Two turns of the face (and
+    /// the rest of the shard it starts in) clear every referenced bit, so the sweep finds any
+    /// evictable entry. (Each shard used to turn its own hand twice when its turn came, so it
+    /// lost an entry even when all of its entries were used since the hand last passed and
+    /// other shards held ones nobody had used: with few entries per shard, a value just
+    /// written went before older ones.)
     fn sweep(&self, evictable: impl Fn(&Entry<B>) -> bool, remove: bool) -> Option<Entry<B>> {
-        for _ in 0..SHARDS {
-            let s = self.clock_shard.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        for _ in 0..2 * SHARDS + 1 {
+            let s = self.clock_shard.load(Ordering::Relaxed) % SHARDS;
             let mut shard = self.write(s);
             let Some(i) = clock_pick(&mut shard, &evictable) else {
+                // This shard's part is done. Another sweep may have moved the hand on already.
+                let _ = self.clock_shard.compare_exchange(
+                    s,
+                    (s + 1) % SHARDS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
                 continue;
             };
             return if remove {
