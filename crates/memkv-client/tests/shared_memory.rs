@@ -283,3 +283,42 @@ async fn an_idle_client_lets_go_of_a_stopped_servers_arena() {
         "with no operation after the server stopped, the client still maps its arena"
     );
 }
+
+/// Mapping a large arena can take longer than an operation's deadline (the first client's
+/// mapping faults in every page of it). The attach then finishes for the next operation. It
+/// used to be abandoned with the operation and started over by the next one, so a client whose
+/// deadline was shorter than the mapping never attached and, under `auto` too, failed every
+/// put and get of a value large enough for the arena with a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attach_slower_than_the_deadline_finishes_for_the_next_operation() {
+    let yaml = format!(
+        "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 1 GiB\n"
+    );
+    let server = Server::start(ServerConfig::from_yaml_str(&yaml, "test").unwrap())
+        .await
+        .unwrap();
+    let mut config = client_config(&[&server]);
+    config.transport = Transport::Auto;
+    config.timeout = Duration::from_millis(30);
+    let c = Client::connect(config).await.unwrap();
+    let value = pattern(1 << 20, 3);
+    let until = Instant::now() + Duration::from_secs(15);
+    // Until attached, a put may time out (attaching) or go over TCP (after a timed-out attach).
+    while c.shared_memory_servers().is_empty() {
+        match c.put(b"large", &value).await {
+            Ok(()) | Err(Error::Timeout { .. }) if Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(()) => panic!("the client never attached; its puts went over TCP"),
+            Err(e) => panic!("the client never attached: {e}"),
+        }
+    }
+    c.put(b"large", &value).await.unwrap();
+    let mut back = vec![0u8; 1 << 20];
+    assert_eq!(
+        c.get_into_slice(b"large", &mut back).await.unwrap(),
+        Some(value.len())
+    );
+    assert!(back == value);
+    server.shutdown().await.unwrap();
+}

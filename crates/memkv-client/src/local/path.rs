@@ -128,7 +128,7 @@ impl Client {
     /// another caller's attach and attaching keep to this caller's deadline, and a server
     /// that does not answer in time fails the operation with [`Error::Timeout`] under `auto`
     /// too: the way around (TCP or RDMA, to the same server) would only wait out a second
-    /// deadline.
+    /// deadline. The attach itself runs to its end, for the next operation.
     pub(crate) async fn local_arena(&self, index: usize) -> Result<Option<Arc<Attached>>> {
         let Some(local) = &self.inner.local else {
             return Ok(None);
@@ -137,24 +137,28 @@ impl Client {
         if let Some(known) = local.current(index, server)? {
             return Ok(known);
         }
+        // A task of its own: mapping a large arena can take longer than a deadline (the first
+        // client faults in every page of it). An attach abandoned with its operation was
+        // started over by the next one, so a client whose deadline was shorter never attached.
+        let client = self.clone();
+        let attaching = tokio::spawn(async move { client.attach_once(index).await });
         // The operation renames the timeout after itself (`local/routes.rs`).
-        tokio::time::timeout(self.timeout, self.attach_once(local, index, server))
-            .await
-            .unwrap_or_else(|_| {
-                Err(Error::Timeout {
-                    server: server.to_owned(),
-                    op: "attach",
-                    after: self.timeout,
-                })
-            })
+        match tokio::time::timeout(self.timeout, attaching).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => Err(Error::Config(format!("local attach panicked: {e}"))),
+            Err(_) => Err(Error::Timeout {
+                server: server.to_owned(),
+                op: "attach",
+                after: self.timeout,
+            }),
+        }
     }
 
-    async fn attach_once(
-        &self,
-        local: &LocalPath,
-        index: usize,
-        server: &str,
-    ) -> Result<Option<Arc<Attached>>> {
+    async fn attach_once(&self, index: usize) -> Result<Option<Arc<Attached>>> {
+        let Some(local) = &self.inner.local else {
+            return Ok(None);
+        };
+        let server = self.server_name(index);
         let _one_at_a_time = local.servers[index].attaching.lock().await;
         if let Some(known) = local.current(index, server)? {
             return Ok(known);
