@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{client_config, start};
-use memkv_client::{Client, Error, Transport};
+use memkv_client::{BACKOFF_MAX, Client, Error, Transport};
 use memkv_server::Server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -277,6 +277,57 @@ async fn a_hung_same_host_server_costs_a_batch_of_mixed_sizes_one_deadline_not_t
     freezer.freeze(false);
     drop(freezer);
     for s in servers {
+        s.shutdown().await.unwrap();
+    }
+}
+
+/// A server that is down fails its keys at once (the others' come back), and after a long
+/// outage, once its backoff has reached the ceiling, it is used again within that ceiling of
+/// being back, by the same client.
+#[tokio::test]
+async fn a_server_down_fails_its_keys_at_once_and_is_used_again_soon_after_it_returns() {
+    let (a, b) = (start("").await, start("").await);
+    let down = common::start_restartable("").await;
+    let down_addr = down.data_addr().to_string();
+    let mut config = client_config(&[&a, &b, &down]);
+    config.transport = Transport::Tcp;
+    config.timeout = Duration::from_secs(2);
+    let c = Client::connect(config).await.unwrap();
+    let ks = keys(300, "down");
+    let items: Vec<(Vec<u8>, Vec<u8>)> = ks.iter().map(|k| (k.clone(), k.clone())).collect();
+    for r in c.put_batch(&items).await {
+        r.unwrap();
+    }
+    down.shutdown().await.unwrap();
+    // Past the backoff's ceiling (50 ms doubling to 2 s).
+    let outage = Instant::now();
+    while outage.elapsed() < BACKOFF_MAX * 2 {
+        let t = Instant::now();
+        let r = c.get_batch(&ks).await;
+        let took = t.elapsed();
+        assert!(took < Duration::from_millis(300), "a batch took {took:?}");
+        for ((k, v), r) in items.iter().zip(&r) {
+            match r {
+                Ok(got) => assert_eq!(got.as_ref(), Some(v)),
+                Err(e) => {
+                    assert_eq!(c.owner(k), down_addr, "{e}");
+                    assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let down = common::start_again(&down_addr, "").await;
+    let back = Instant::now();
+    while c.put_batch(&items).await.iter().any(Result::is_err) {
+        assert!(
+            back.elapsed() < BACKOFF_MAX + Duration::from_millis(500),
+            "the server has been back for {:?}",
+            back.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for s in [a, b, down] {
         s.shutdown().await.unwrap();
     }
 }
