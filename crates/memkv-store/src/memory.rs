@@ -42,8 +42,7 @@ impl MemoryBackend {
         let old = self.index.evict_one(Entry::only_in_index)?;
         self.value_bytes
             .fetch_sub(old.data.len() as u64, Ordering::Relaxed);
-        let (units, bytes) = old.data.units();
-        Some(bytes * units.len() as u64)
+        Some(old.data.reserved())
     }
 
     /// Evicts every value in a run of granules that a new block of `len` bytes could take once

@@ -48,6 +48,17 @@ impl PinTable {
         before - pins.len()
     }
 
+    /// The arena bytes pinned values hold (each value once, however many pins it has): space
+    /// no eviction can free, including values overwritten or deleted since they were pinned.
+    pub fn pinned_bytes(&self) -> u64 {
+        let pins = self.lock();
+        let mut seen = std::collections::HashSet::with_capacity(pins.len());
+        pins.values()
+            .filter(|(block, _)| seen.insert(block.data.offset()))
+            .map(|(block, _)| block.data.reserved())
+            .sum()
+    }
+
     pub fn len(&self) -> usize {
         self.lock().len()
     }

@@ -204,17 +204,20 @@ impl Store {
     }
 
     /// Refuses a put that could not fit even with every committed value evicted (the rest of
-    /// the arena is held by puts in progress): it would empty the cache and fail anyway.
+    /// the arena is held by puts in progress and by pinned reads): it would empty the cache
+    /// and fail anyway.
     fn check_evicting_can_help(&self, len: u64) -> Result<()> {
         let Backend::Memory(m) = &self.inner.backend else {
             return Ok(());
         };
         let usable = m.arena.alloc_stats().granules_total * m.granule();
-        let held = self.inner.reservations.open_bytes();
-        if len.saturating_add(held) > usable {
+        let writing = self.inner.reservations.open_bytes();
+        let pinned = self.inner.pins.pinned_bytes();
+        if len.saturating_add(writing).saturating_add(pinned) > usable {
             return Err(StoreError::Full(format!(
-                "no room for {len} bytes: puts in progress hold {held} of the {usable} bytes \
-                 values can use, so evicting values cannot make room"
+                "no room for {len} bytes: puts in progress hold {writing} and pinned reads \
+                 {pinned} of the {usable} bytes values can use, so evicting values cannot \
+                 make room"
             )));
         }
         Ok(())

@@ -394,3 +394,37 @@ fn eviction_takes_unused_values_before_ones_just_written_or_read() {
          {unused_left} unused ones stayed"
     );
 }
+
+/// When pinned values (RDMA reads in progress) hold so much of the arena that the put could
+/// not fit even with every other value evicted, the put is refused `Full` at once and the
+/// other values stay (as with puts in progress holding the room).
+#[test]
+fn a_put_that_pins_leave_no_room_for_does_not_evict_unrelated_values() {
+    let s = store(4 * GRANULE, GRANULE);
+    let v = vec![4u8; GRANULE as usize];
+    for k in 0..3u8 {
+        s.put(&key(k), &v).unwrap();
+    }
+    let pins: Vec<u64> = (0..3u8)
+        .map(|k| {
+            s.lookup(&key(k), Duration::from_secs(60))
+                .unwrap()
+                .unwrap()
+                .pin_id
+        })
+        .collect();
+    // Overwriting a pinned value leaves its old bytes pinned; the new value takes the last
+    // granule.
+    s.put(&key(0), &[5u8; 100]).unwrap();
+    let err = s.put(b"big", &vec![1u8; 2 * GRANULE as usize]).unwrap_err();
+    assert!(matches!(err, StoreError::Full(_)), "{err}");
+    assert!(
+        s.exists(&key(0)),
+        "a put that failed anyway evicted an unrelated value ({} evictions)",
+        s.stats().evictions
+    );
+    for p in pins {
+        assert!(s.release(p));
+    }
+    s.put(b"big", &vec![1u8; 2 * GRANULE as usize]).unwrap();
+}

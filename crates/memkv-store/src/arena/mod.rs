@@ -203,6 +203,12 @@ impl ArenaBlock {
         (self.arena.allocator.reserved(&self.alloc) - u64::from(self.slack)) as usize
     }
 
+    /// The bytes this block holds in the arena: its length rounded up to its size class,
+    /// page run or granule run.
+    pub fn reserved(&self) -> u64 {
+        self.arena.allocator.reserved(&self.alloc)
+    }
+
     /// The allocator's units this block lies in and the bytes it holds in each
     /// ([`Occupancy`]).
     pub fn units(&self) -> (std::ops::Range<u32>, u64) {
