@@ -381,6 +381,7 @@ impl Client {
 
     /// [`Client::get_batch`] over RDMA or TCP.
     async fn get_batch_remote<K: AsRef<[u8]>>(&self, keys: &[K]) -> Vec<Result<Option<Vec<u8>>>> {
+        let started = Instant::now();
         let mut out: Vec<Option<Result<Option<Vec<u8>>>>> = (0..keys.len()).map(|_| None).collect();
         let chunks = self.plan_keys(keys, &mut out);
         let rdma = self.rdma();
@@ -420,9 +421,8 @@ impl Client {
             })
             .map(|(i, _)| i)
             .collect();
-        let singles = join_all(retry.iter().map(|&i| self.get(keys[i].as_ref()))).await;
-        for (i, r) in retry.into_iter().zip(singles) {
-            out[i] = Some(r);
+        for (i, r) in retry.iter().zip(self.refetch(started, &retry, keys).await) {
+            out[*i] = Some(r);
         }
         out.into_iter()
             .map(|r| r.expect("every item answered"))
@@ -510,6 +510,7 @@ impl Client {
         keys: &[K],
         bufs: &mut [B],
     ) -> Vec<Result<Option<usize>>> {
+        let started = Instant::now();
         if self.rdma().is_some() {
             // The RDMA path lands values in registered staging first; copy from there.
             let values = self.get_batch(keys).await;
@@ -557,20 +558,50 @@ impl Client {
             })
             .collect();
         scatter(&chunks, outcomes, &mut out);
-        for i in 0..keys.len() {
-            if let Some(Err(Error::Server {
-                status: Status::TooLarge,
-                ..
-            })) = &out[i]
-            {
-                let one = self.get(keys[i].as_ref()).await;
-                out[i] =
-                    Some(one.and_then(|v| v.map(|v| copy_into(&v, bufs[i].as_mut())).transpose()));
-            }
+        let retry: Vec<usize> = (0..keys.len())
+            .filter(|&i| {
+                matches!(
+                    out[i],
+                    Some(Err(Error::Server {
+                        status: Status::TooLarge,
+                        ..
+                    }))
+                )
+            })
+            .collect();
+        for (&i, one) in retry.iter().zip(self.refetch(started, &retry, keys).await) {
+            out[i] = Some(one.and_then(|v| v.map(|v| copy_into(&v, bufs[i].as_mut())).transpose()));
         }
         out.into_iter()
             .map(|r| r.expect("every item answered"))
             .collect()
+    }
+
+    /// The values of `keys[i]` for each `i` in `which` that did not fit a batch answer, each
+    /// fetched on its own, all at once, within what is left of the batch's deadline (begun at
+    /// `started`).
+    async fn refetch<K: AsRef<[u8]>>(
+        &self,
+        started: Instant,
+        which: &[usize],
+        keys: &[K],
+    ) -> Vec<Result<Option<Vec<u8>>>> {
+        if which.is_empty() {
+            return Vec::new();
+        }
+        let Some(rest) = self.for_the_rest(started) else {
+            return which
+                .iter()
+                .map(|&i| self.out_of_time("get_batch", keys[i].as_ref()))
+                .collect();
+        };
+        let rest = &rest;
+        join_all(
+            which
+                .iter()
+                .map(|&i| async move { self.whole_deadline(rest.get(keys[i].as_ref()).await) }),
+        )
+        .await
     }
 
     async fn get_chunk<K: AsRef<[u8]>>(

@@ -264,3 +264,79 @@ async fn a_direct_get_past_its_deadline_lets_go_of_the_destination_at_once() {
         .unwrap();
     server.abort();
 }
+
+/// A server that answers a batch get with `TooLarge` for every item (values that did not fit
+/// its answer), then never answers the single gets that fetch them: the batch fails those
+/// items within one deadline of its start. The singles were fetched one after another, each
+/// with a deadline of its own, so `get_batch_into` waited one deadline per item; and
+/// `get_batch` gave its singles a fresh deadline after the batch's.
+#[tokio::test]
+async fn values_refetched_after_a_batch_answer_keep_to_the_batchs_deadline() {
+    use memkv_proto::{Limits, Opcode, batch, checksum};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let keys: Vec<Vec<u8>> = (0..3).map(|i| format!("big{i}").into_bytes()).collect();
+    let server = tokio::spawn(async move {
+        let (mut s, mut session) = accept_session(&listener).await;
+        let mut held = Vec::new();
+        loop {
+            let (raw, h, body) = common::scripted::read_raw(&mut s, &Limits::DEFAULT).await;
+            let key = &body[..usize::from(h.key_len)];
+            session
+                .opener
+                .verify(&raw, key, &body[usize::from(h.key_len)..], true)
+                .unwrap();
+            if h.opcode != Opcode::BatchGet {
+                held.push(h); // a single get: never answered
+                continue;
+            }
+            // Answered after most of the deadline, every value too large for the answer.
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let n = batch::decode_keys(&body, &Limits::DEFAULT).unwrap().len();
+            let items: Vec<batch::GetItem<'_>> = (0..n)
+                .map(|_| batch::GetItem {
+                    status: Status::TooLarge,
+                    value: b"",
+                    checksum: checksum::of(b""),
+                })
+                .collect();
+            let answer = batch::encode_get_response(&items);
+            let frame = session
+                .sealer
+                .frame(Header::response(&h, Status::Ok), &[], &answer);
+            s.write_all(&frame).await.unwrap();
+        }
+    });
+    let deadline = Duration::from_millis(400);
+    let mut config = tcp_config(&addr);
+    config.timeout = deadline;
+    let c = Client::connect(config).await.unwrap();
+    let started = std::time::Instant::now();
+    let got = c.get_batch(&keys).await;
+    let took = started.elapsed();
+    for r in &got {
+        assert!(
+            matches!(r, Err(memkv_client::Error::Timeout { after, .. }) if *after == deadline),
+            "{r:?}"
+        );
+    }
+    assert!(
+        took < deadline + Duration::from_millis(200),
+        "get_batch took {took:?} (deadline {deadline:?})"
+    );
+    let mut bufs = vec![vec![0u8; 16]; keys.len()];
+    let started = std::time::Instant::now();
+    let got = c.get_batch_into(&keys, &mut bufs).await;
+    let took = started.elapsed();
+    for r in &got {
+        assert!(
+            matches!(r, Err(memkv_client::Error::Timeout { .. })),
+            "{r:?}"
+        );
+    }
+    assert!(
+        took < deadline + Duration::from_millis(200),
+        "get_batch_into took {took:?} (deadline {deadline:?})"
+    );
+    server.abort();
+}
