@@ -2,8 +2,13 @@
 //! deleted and evicted while readers hold zero-copy views and pins and writers hold
 //! reservations. The store's contents and counters are checked against a model at every step.
 
+mod common;
+
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+use common::versioned::{make, verify};
 
 use memkv_store::{Reservation, Store, StoreConfig, StoreError, StoreMode, ValueRef, checksum};
 use proptest::prelude::*;
@@ -427,4 +432,74 @@ fn a_put_that_pins_leave_no_room_for_does_not_evict_unrelated_values() {
         assert!(s.release(p));
     }
     s.put(b"big", &vec![1u8; 2 * GRANULE as usize]).unwrap();
+}
+
+/// Threads put values from 24 bytes to a quarter of the arena over shared keys, read and pin
+/// them and delete them, so that puts evict runs of neighbours while others hold and read
+/// values there: no read is torn, and once everything is deleted nothing stays used.
+#[test]
+fn mixed_sizes_from_several_threads_tear_nothing_and_leak_nothing() {
+    let s = Arc::new(store(ARENA, GRANULE));
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let s = Arc::clone(&s);
+            std::thread::spawn(move || {
+                let mut state = (t + 1).wrapping_mul(0x2545_f491_4f6c_dd1d);
+                let mut rand = move || {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state
+                };
+                for i in 0..1500u64 {
+                    let k = rand() % 16;
+                    let kb = k.to_le_bytes();
+                    match rand() % 8 {
+                        0..=3 => {
+                            // Log-uniform: 24 bytes to 512 KiB (a quarter of the arena).
+                            let len = 24 + (rand() % (1 << (5 + rand() % 15))) as usize;
+                            let v = make(k, (t << 32) | i, len);
+                            match s.put(&kb, &v) {
+                                Ok(()) | Err(StoreError::Full(_)) => {}
+                                Err(e) => panic!("put of {len}: {e}"),
+                            }
+                        }
+                        4 | 5 => {
+                            if let Some(v) = s.get(&kb).unwrap() {
+                                verify(k, &v, v.checksum());
+                                std::thread::yield_now();
+                                verify(k, &v, v.checksum());
+                            }
+                        }
+                        6 => {
+                            if let Some(p) = s.lookup(&kb, Duration::from_secs(60)).unwrap() {
+                                std::thread::yield_now();
+                                assert!(s.release(p.pin_id));
+                            }
+                        }
+                        _ => {
+                            s.delete(&kb).unwrap();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(s.stats().evictions > 0, "the workload was meant to evict");
+    for k in 0..16u64 {
+        if let Some(v) = s.get(&k.to_le_bytes()).unwrap() {
+            verify(k, &v, v.checksum());
+        }
+        s.delete(&k.to_le_bytes()).unwrap();
+    }
+    let st = s.stats();
+    assert_eq!(
+        (st.used_bytes, st.value_bytes, st.blocks),
+        (0, 0, 0),
+        "{st:?}"
+    );
+    assert_eq!((st.active_pins, st.open_reservations), (0, 0), "{st:?}");
 }
