@@ -17,6 +17,16 @@ async fn shm_client(server: &Server, transport: Transport) -> Client {
     Client::connect(config).await.unwrap()
 }
 
+/// A server whose arena is `max_size` (e.g. "93 MiB": a size no other test uses finds this
+/// arena's mappings).
+async fn server_with_arena(max_size: &str) -> Server {
+    let yaml = format!(
+        "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: {max_size}\n"
+    );
+    Server::start(ServerConfig::from_yaml_str(&yaml, "test").unwrap())
+        .await
+        .unwrap()
+}
 #[tokio::test]
 async fn values_move_through_the_servers_arena() {
     let server = start("").await;
@@ -185,12 +195,7 @@ fn arena_mappings(len: u64) -> usize {
 async fn a_stopped_servers_arena_is_unmapped() {
     // A size no other test here uses, to find this arena's mappings.
     const LEN: u64 = 93 << 20;
-    let yaml = format!(
-        "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 93 MiB\n"
-    );
-    let server = Server::start(ServerConfig::from_yaml_str(&yaml, "test").unwrap())
-        .await
-        .unwrap();
+    let server = server_with_arena("93 MiB").await;
     let mut config = client_config(&[&server]);
     config.transport = Transport::Auto;
     config.timeout = Duration::from_secs(2);
@@ -256,12 +261,7 @@ async fn under_shm_a_restarted_server_is_attached_again() {
 async fn an_idle_client_lets_go_of_a_stopped_servers_arena() {
     // A size no other test here uses, to find this arena's mappings.
     const LEN: u64 = 91 << 20;
-    let yaml = format!(
-        "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 91 MiB\n"
-    );
-    let server = Server::start(ServerConfig::from_yaml_str(&yaml, "test").unwrap())
-        .await
-        .unwrap();
+    let server = server_with_arena("91 MiB").await;
     let mut config = client_config(&[&server]);
     config.transport = Transport::Shm;
     let c = Client::connect(config).await.unwrap();
@@ -291,12 +291,7 @@ async fn an_idle_client_lets_go_of_a_stopped_servers_arena() {
 /// put and get of a value large enough for the arena with a timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attach_slower_than_the_deadline_finishes_for_the_next_operation() {
-    let yaml = format!(
-        "network:\n  address: 127.0.0.1:0\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 1 GiB\n"
-    );
-    let server = Server::start(ServerConfig::from_yaml_str(&yaml, "test").unwrap())
-        .await
-        .unwrap();
+    let server = server_with_arena("1 GiB").await;
     let mut config = client_config(&[&server]);
     config.transport = Transport::Auto;
     config.timeout = Duration::from_millis(30);

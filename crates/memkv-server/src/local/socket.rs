@@ -113,16 +113,26 @@ mod tests {
         (AttachAnswer::decode(&message).unwrap(), fd.is_some())
     }
 
-    #[tokio::test]
-    async fn only_a_minted_token_gets_the_arena_and_only_once() {
+    /// A shared-memory store's attach socket, served: its name, a token minted for it, and
+    /// what keeps it up.
+    fn serving() -> (
+        Vec<u8>,
+        crate::local::tokens::Token,
+        (memkv_store::Store, watch::Sender<bool>),
+    ) {
         let mut config = memkv_store::StoreConfig::memory(8 << 20);
         config.share_memory = true;
         let store = memkv_store::Store::open(config).unwrap();
         let (local, listener) = crate::local::start(store.arena_handle()).unwrap().unwrap();
-        let (_stop, stopped) = watch::channel(false);
+        let (stop, stopped) = watch::channel(false);
         tokio::spawn(serve(Arc::clone(&local), listener, stopped));
-        let name = local.socket_name.clone();
         let token = local.tokens.mint(Instant::now()).unwrap();
+        (local.socket_name.clone(), token, (store, stop))
+    }
+
+    #[tokio::test]
+    async fn only_a_minted_token_gets_the_arena_and_only_once() {
+        let (name, token, _serving) = serving();
 
         let client = tokio::task::spawn_blocking(move || {
             let forged = trade_as_client(&name, &[0x5a; TOKEN_LEN]);
@@ -147,14 +157,7 @@ mod tests {
     /// while 256 such connections waited out their 5 seconds, again and again.
     #[tokio::test]
     async fn idle_connections_do_not_lock_out_a_client_with_a_token() {
-        let mut config = memkv_store::StoreConfig::memory(8 << 20);
-        config.share_memory = true;
-        let store = memkv_store::Store::open(config).unwrap();
-        let (local, listener) = crate::local::start(store.arena_handle()).unwrap().unwrap();
-        let (_stop, stopped) = watch::channel(false);
-        tokio::spawn(serve(Arc::clone(&local), listener, stopped));
-        let name = local.socket_name.clone();
-        let token = local.tokens.mint(Instant::now()).unwrap();
+        let (name, token, _serving) = serving();
 
         let client = tokio::task::spawn_blocking(move || {
             let addr = SocketAddr::from_abstract_name(&name).unwrap();
