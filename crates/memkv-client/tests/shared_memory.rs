@@ -134,11 +134,13 @@ async fn a_server_without_shared_memory_is_served_another_way_unless_shm_is_requ
     server.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_restarted_server_is_attached_again_and_old_bytes_are_never_served() {
+/// A server restarted under a client holding its old mapping: puts reach the new server, and
+/// the old mapping never serves the old server's bytes.
+async fn restart_under_a_client(transport: Transport) {
     let first = common::start_restartable("").await;
     let addr = first.data_addr().to_string();
     let mut config = client_config(&[&first]);
+    config.transport = transport;
     config.timeout = Duration::from_secs(2);
     let c = Client::connect(config).await.unwrap();
     c.put(b"before", &pattern(200_000, 1)).await.unwrap();
@@ -154,12 +156,12 @@ async fn a_restarted_server_is_attached_again_and_old_bytes_are_never_served() {
             Ok(()) => break,
             Err(e) if Instant::now() < until => {
                 assert!(
-                    !matches!(e, Error::SharedMemory { .. }),
+                    transport != Transport::Auto || !matches!(e, Error::SharedMemory { .. }),
                     "auto hides a stale mapping: {e}"
                 );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            Err(e) => panic!("the restarted server never took a put: {e}"),
+            Err(e) => panic!("under {transport:?} the restarted server never took a put: {e}"),
         }
     }
     // The old value died with the first server; the old mapping must not resurrect it.
@@ -169,6 +171,11 @@ async fn a_restarted_server_is_attached_again_and_old_bytes_are_never_served() {
     assert_eq!(c.get(b"after").await.unwrap(), Some(value));
     assert_eq!(c.shared_memory_servers(), vec![addr], "attached again");
     second.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_restarted_server_is_attached_again_and_old_bytes_are_never_served() {
+    restart_under_a_client(Transport::Auto).await;
 }
 
 /// Mappings of a server arena (`memfd:memkv-arena`) of exactly `len` bytes in this process.
@@ -226,31 +233,7 @@ async fn a_stopped_servers_arena_is_unmapped() {
 /// arena again. It used to keep the old mapping for ever, failing every put and get.
 #[tokio::test]
 async fn under_shm_a_restarted_server_is_attached_again() {
-    let first = common::start_restartable("").await;
-    let addr = first.data_addr().to_string();
-    let mut config = client_config(&[&first]);
-    config.transport = Transport::Shm;
-    config.timeout = Duration::from_secs(2);
-    let c = Client::connect(config).await.unwrap();
-    c.put(b"before", &pattern(200_000, 1)).await.unwrap();
-    first.shutdown().await.unwrap();
-
-    let second = common::start_again(&addr, "").await;
-    let until = Instant::now() + Duration::from_secs(10);
-    let value = pattern(300_000, 2);
-    loop {
-        match c.put(b"after", &value).await {
-            Ok(()) => break,
-            Err(_) if Instant::now() < until => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("under shm the restarted server never took a put: {e}"),
-        }
-    }
-    assert_eq!(c.get(b"before").await.unwrap(), None);
-    assert_eq!(c.get(b"after").await.unwrap(), Some(value));
-    assert_eq!(c.shared_memory_servers(), vec![addr], "attached again");
-    second.shutdown().await.unwrap();
+    restart_under_a_client(Transport::Shm).await;
 }
 
 /// A client with nothing to do lets go of a stopped server's arena too: the server closing its
