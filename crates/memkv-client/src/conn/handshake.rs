@@ -37,6 +37,7 @@ pub(crate) async fn open(dial: &Dial<'_>) -> Result<(TcpStream, Session)> {
         server: server.to_owned(),
         source: Arc::new(e),
     })?;
+    super::dead_peer::watch(&stream, server);
     let mut nonce = [0u8; NONCE_LEN];
     getrandom::fill(&mut nonce).map_err(|e| Error::Io {
         context: "cannot draw a handshake nonce".into(),

@@ -7,6 +7,7 @@
 //! answers. A frame that fails verification, or a request abandoned half-written, closes the
 //! connection and fails everything outstanding on it.
 
+mod dead_peer;
 mod handshake;
 mod io;
 mod pending;
