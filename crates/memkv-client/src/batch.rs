@@ -363,10 +363,7 @@ impl Client {
         let rest_keys: Vec<&[u8]> = rest.iter().map(|&i| keys[i].as_ref()).collect();
         let remote = match self.for_the_rest(started) {
             Some(c) => c.get_batch_remote(&rest_keys).await,
-            None => rest_keys
-                .iter()
-                .map(|k| self.out_of_time("get_batch", k))
-                .collect(),
+            None => self.gets_out_of_time(rest_keys.iter().copied()),
         };
         let mut remote = remote.into_iter().map(|r| self.whole_deadline(r));
         local
@@ -487,10 +484,7 @@ impl Client {
                 }
                 let results = match self.for_the_rest(started) {
                     Some(c) => c.get_batch_into_remote(&rest_keys, &mut rest_bufs).await,
-                    None => rest_keys
-                        .iter()
-                        .map(|k| self.out_of_time("get_batch", k))
-                        .collect(),
+                    None => self.gets_out_of_time(rest_keys.iter().copied()),
                 };
                 for (&i, r) in rest.iter().zip(results) {
                     local[i] = Some(self.whole_deadline(r));
@@ -590,10 +584,7 @@ impl Client {
             return Vec::new();
         }
         let Some(rest) = self.for_the_rest(started) else {
-            return which
-                .iter()
-                .map(|&i| self.out_of_time("get_batch", keys[i].as_ref()))
-                .collect();
+            return self.gets_out_of_time(which.iter().map(|&i| keys[i].as_ref()));
         };
         let rest = &rest;
         join_all(

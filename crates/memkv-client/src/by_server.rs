@@ -56,6 +56,16 @@ impl Client {
         })
     }
 
+    /// [`Self::out_of_time`] for each key of a batch get.
+    pub(crate) fn gets_out_of_time<'a, T>(
+        &self,
+        keys: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Vec<Result<T>> {
+        keys.into_iter()
+            .map(|k| self.out_of_time("get_batch", k))
+            .collect()
+    }
+
     /// The result of an item whose second step had no time left: its key's own error, or a
     /// timeout naming its server. Nothing is sent.
     pub(crate) fn out_of_time<T>(&self, op: &'static str, key: &[u8]) -> Result<T> {

@@ -146,10 +146,7 @@ impl Client {
             let (results, back) = match self.for_the_rest(started) {
                 Some(c) => c.get_batch_into_owned(&rest_keys, rest_dests).await,
                 None => (
-                    rest_keys
-                        .iter()
-                        .map(|k| self.out_of_time("get_batch", k))
-                        .collect(),
+                    self.gets_out_of_time(rest_keys.iter().copied()),
                     rest_dests.into_iter().map(Some).collect(),
                 ),
             };
