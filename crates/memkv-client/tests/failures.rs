@@ -70,7 +70,11 @@ async fn a_server_that_never_answers_times_out_within_the_deadline() {
         }
         other => panic!("expected a timeout, got {other:?}"),
     }
-    // A per-call deadline overrides the configured one.
+    // A per-call deadline overrides the configured one (a new client: this one's next calls
+    // fail at once, the server having left its dial unanswered).
+    let c = Client::connect(ClientConfig::new([addr.clone()], common::key()))
+        .await
+        .unwrap();
     let started = Instant::now();
     let short = c.with_timeout(Duration::from_millis(50));
     assert!(matches!(

@@ -331,3 +331,58 @@ async fn a_server_down_fails_its_keys_at_once_and_is_used_again_soon_after_it_re
         s.shutdown().await.unwrap();
     }
 }
+
+/// A server that leaves a dial unanswered (a host that died without a reset, a frozen
+/// process) costs one caller its deadline; the calls after it fail at once while the client
+/// dials in the background, and once the server answers the client uses it again. Every call
+/// used to dial again after the back-off and wait out its whole deadline, for as long as the
+/// server stayed silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_unanswered_dial_calls_fail_at_once_until_a_background_dial_answers() {
+    let server = start("").await;
+    let freezer = Freezer::new(server.data_addr()).await;
+    freezer.freeze(true);
+    let deadline = Duration::from_millis(300);
+    let mut config = client_config(&[&server]);
+    config.servers = vec![freezer.addr.clone()];
+    config.transport = Transport::Tcp;
+    config.timeout = deadline;
+    let c = Client::connect(config).await.unwrap();
+
+    let started = Instant::now();
+    let first = c.get(b"k").await.unwrap_err();
+    assert!(matches!(first, Error::Timeout { .. }), "{first:?}");
+    assert!(started.elapsed() >= deadline);
+
+    // The pool has four connection slots; none may make a caller wait for a dial now.
+    for i in 0..20 {
+        let started = Instant::now();
+        let err = c.put(format!("k{i}").as_bytes(), b"v").await.unwrap_err();
+        let took = started.elapsed();
+        assert!(
+            matches!(err, Error::Unreachable { .. }),
+            "call {i}: {err:?}"
+        );
+        assert!(
+            took < Duration::from_millis(100),
+            "call {i} waited {took:?} for a server that did not answer: {err}"
+        );
+    }
+
+    freezer.freeze(false);
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        match c.put(b"back", b"v").await {
+            Ok(()) => break,
+            Err(e) if Instant::now() < until => {
+                assert!(
+                    matches!(e, Error::Unreachable { .. } | Error::Timeout { .. }),
+                    "{e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("the server answers again, yet the client never used it: {e}"),
+        }
+    }
+    assert_eq!(c.get(b"back").await.unwrap(), Some(b"v".to_vec()));
+}

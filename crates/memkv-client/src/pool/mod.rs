@@ -17,6 +17,10 @@ use tokio::time::Instant;
 use crate::conn::{CLIENT_LIMITS, Connection, Dial};
 use crate::{Error, Result};
 
+mod probe;
+
+use probe::{Probe, Target};
+
 /// First retry delay after a failed connect.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(50);
 /// Longest retry delay.
@@ -84,6 +88,8 @@ pub(crate) struct ServerPool {
     epoch: Instant,
     /// Where the search for the least loaded slot starts, so ties rotate.
     next: AtomicUsize,
+    /// Set once a dial went unanswered past a caller's deadline (`probe.rs`).
+    probe: Arc<Probe>,
 }
 
 /// One request counted in flight on a slot until dropped.
@@ -137,6 +143,7 @@ impl ServerPool {
                 .collect(),
             epoch: Instant::now(),
             next: AtomicUsize::new(0),
+            probe: Arc::default(),
         }
     }
 
@@ -192,6 +199,13 @@ impl ServerPool {
             return Ok(lease(Arc::clone(conn)));
         }
         slot.conn = None;
+        if let Some(conn) = self.probe.take_found() {
+            return Ok(lease(self.connected(&mut slot, load, conn)));
+        }
+        if let Some(err) = self.probe.down() {
+            drop(slot);
+            return self.open_elsewhere(index).ok_or(err);
+        }
         let now = Instant::now();
         if let Some(err) = slot.backoff.waiting(now) {
             let err = err.clone();
@@ -216,17 +230,7 @@ impl ServerPool {
         abandoned.slot = None;
         drop(abandoned);
         match opened {
-            Ok(conn) => {
-                crate::metrics::connected();
-                if slot.backoff.failures > 0 {
-                    tracing::info!(server = %self.server, "reconnected");
-                }
-                slot.backoff.succeeded();
-                load.failing_until_ms.store(0, Ordering::Relaxed);
-                let conn = Arc::new(conn);
-                slot.conn = Some(Arc::clone(&conn));
-                Ok(lease(conn))
-            }
+            Ok(conn) => Ok(lease(self.connected(&mut slot, load, conn))),
             Err(err) => {
                 if slot.backoff.failures == 0 {
                     tracing::warn!(server = %self.server, "cannot connect: {err}");
@@ -254,6 +258,19 @@ impl ServerPool {
                 _in_flight: InFlight::new(&self.loads[index]),
             })
         })
+    }
+
+    /// Puts a newly opened connection in `slot`.
+    fn connected(&self, slot: &mut Slot, load: &SlotLoad, conn: Connection) -> Arc<Connection> {
+        crate::metrics::connected();
+        if slot.backoff.failures > 0 {
+            tracing::info!(server = %self.server, "reconnected");
+        }
+        slot.backoff.succeeded();
+        load.failing_until_ms.store(0, Ordering::Relaxed);
+        let conn = Arc::new(conn);
+        slot.conn = Some(Arc::clone(&conn));
+        conn
     }
 
     /// Backs `slot` off after a failed connect, and marks it failing for [`Self::pick`].
@@ -285,7 +302,13 @@ impl Drop for AbandonedDial<'_> {
                 "the connection's handshake did not finish within the caller's deadline",
             )),
         };
-        self.pool.connect_failed(slot, self.load, err);
+        self.pool.connect_failed(slot, self.load, err.clone());
+        let target = Target {
+            server: self.pool.server.clone(),
+            key: self.pool.key.clone(),
+            payload_mac: self.pool.payload_mac,
+        };
+        self.pool.probe.start(target, err);
     }
 }
 
