@@ -1,6 +1,7 @@
 """memkv.Client against a real server: values, keys, buffers, batches, misses."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -218,7 +219,11 @@ def test_transport_and_servers(client: memkv.Client, server: MemkvServer) -> Non
     # move through its shared arena (smaller ones go over TCP and do not attach it).
     client.put("transport-probe", b"x")
     assert not client.transport.startswith("shm with")
+    # That value starts the attach in the background and goes over TCP itself.
     client.put("transport-probe", bytes(256 << 10))
+    deadline = time.monotonic() + 10
+    while not client.transport.startswith("shm with") and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert client.transport.startswith(f"shm with {server.address}; others tcp")
 
 

@@ -222,6 +222,7 @@ async fn a_hung_same_host_server_costs_a_batch_of_mixed_sizes_one_deadline_not_t
     for (want, got) in values.zip(got.iter().take(37).chain(got.iter().skip(38))) {
         assert_eq!(got.as_ref().unwrap().as_ref(), want);
     }
+    common::until_attached(&c, &freezer.addr).await;
     assert!(
         c.shared_memory_servers().contains(&freezer.addr),
         "the test needs the hung server attached: {:?}",

@@ -144,6 +144,7 @@ async fn restart_under_a_client(transport: Transport) {
     config.timeout = Duration::from_secs(2);
     let c = Client::connect(config).await.unwrap();
     c.put(b"before", &pattern(200_000, 1)).await.unwrap();
+    common::until_attached(&c, &addr).await;
     assert_eq!(c.shared_memory_servers(), vec![addr.clone()]);
     // The old arena stays mapped in the client after the server is gone.
     first.shutdown().await.unwrap();
@@ -169,6 +170,7 @@ async fn restart_under_a_client(transport: Transport) {
     assert_eq!(c.get(b"after").await.unwrap(), Some(value.clone()));
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert_eq!(c.get(b"after").await.unwrap(), Some(value));
+    common::until_attached(&c, &addr).await;
     assert_eq!(c.shared_memory_servers(), vec![addr], "attached again");
     second.shutdown().await.unwrap();
 }
@@ -208,7 +210,7 @@ async fn a_stopped_servers_arena_is_unmapped() {
     config.timeout = Duration::from_secs(2);
     let c = Client::connect(config).await.unwrap();
     c.put(b"k", &pattern(200_000, 1)).await.unwrap();
-    assert_eq!(c.shared_memory_servers().len(), 1, "attached");
+    common::until_attached(&c, &server.data_addr().to_string()).await;
     assert_eq!(
         arena_mappings(LEN),
         2,
@@ -268,20 +270,19 @@ async fn an_idle_client_lets_go_of_a_stopped_servers_arena() {
 }
 
 /// Mapping a large arena can take longer than an operation's deadline (the first client's
-/// mapping faults in every page of it). The attach then finishes for the next operation. It
-/// used to be abandoned with the operation and started over by the next one, so a client whose
-/// deadline was shorter than the mapping never attached and, under `auto` too, failed every
-/// put and get of a value large enough for the arena with a timeout.
+/// mapping faults in every page of it). Under `transport: shm` the attach then finishes for the
+/// next operation. It used to be abandoned with the operation and started over by the next one,
+/// so a client whose deadline was shorter than the mapping never attached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attach_slower_than_the_deadline_finishes_for_the_next_operation() {
     let server = server_with_arena("1 GiB").await;
     let mut config = client_config(&[&server]);
-    config.transport = Transport::Auto;
+    config.transport = Transport::Shm;
     config.timeout = Duration::from_millis(30);
     let c = Client::connect(config).await.unwrap();
     let value = pattern(1 << 20, 3);
     let until = Instant::now() + Duration::from_secs(15);
-    // Until attached, a put may time out (attaching) or go over TCP (after a timed-out attach).
+    // Until attached, a put times out (waiting for the attach).
     while c.shared_memory_servers().is_empty() {
         match c.put(b"large", &value).await {
             Ok(()) | Err(Error::Timeout { .. }) if Instant::now() < until => {
@@ -298,5 +299,38 @@ async fn an_attach_slower_than_the_deadline_finishes_for_the_next_operation() {
         Some(value.len())
     );
     assert!(back == value);
+    server.shutdown().await.unwrap();
+}
+
+/// Under `auto` no operation waits for an attach: the first value worth the arena starts it in
+/// the background and goes over TCP. It used to wait, and mapping a 1 GiB arena (0.7 s on a
+/// quiet two-core machine, 2-4 s on a busy one) outlasted a vLLM engine's 3 s deadline: its
+/// first save timed out and the engine recomputed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_auto_operations_go_over_tcp_while_a_slow_attach_runs() {
+    let server = server_with_arena("1 GiB").await;
+    let addr = server.data_addr().to_string();
+    let mut config = client_config(&[&server]);
+    config.transport = Transport::Auto;
+    config.timeout = Duration::from_secs(10);
+    let c = Client::connect(config).await.unwrap();
+    let value = pattern(1 << 20, 4);
+    c.put(b"first", &value).await.unwrap();
+    // A 1 MiB put over loopback takes milliseconds, mapping the arena hundreds; and the mapping
+    // no longer holds up the put's own allocations (`memkv_shm::SharedArena::map`).
+    assert!(
+        c.shared_memory_servers().is_empty(),
+        "the first put waited for the attach"
+    );
+    let mut back = vec![0u8; 1 << 20];
+    assert_eq!(
+        c.get_into_slice(b"first", &mut back).await.unwrap(),
+        Some(value.len())
+    );
+    assert!(back == value);
+    common::until_attached(&c, &addr).await;
+    c.put(b"second", &value).await.unwrap();
+    assert_eq!(c.get(b"first").await.unwrap(), Some(value.clone()));
+    assert_eq!(c.get(b"second").await.unwrap(), Some(value));
     server.shutdown().await.unwrap();
 }

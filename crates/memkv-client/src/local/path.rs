@@ -19,8 +19,13 @@ const REATTACH_AFTER: Duration = Duration::from_millis(100);
 
 enum Slot {
     Untried,
+    /// Under `auto`: an attach runs in the background; operations go around it meanwhile.
+    Attaching,
     Attached(Arc<Attached>),
-    Unavailable { reason: String, until: Instant },
+    Unavailable {
+        reason: String,
+        until: Instant,
+    },
 }
 
 struct ServerSlot {
@@ -69,6 +74,7 @@ impl LocalPath {
     fn current(&self, index: usize, server: &str) -> Result<Option<Option<Arc<Attached>>>> {
         match &*self.lock(index) {
             Slot::Attached(a) => Ok(Some(Some(Arc::clone(a)))),
+            Slot::Attaching => Ok(Some(None)),
             Slot::Unavailable { reason, until } if Instant::now() < *until => {
                 if self.strict {
                     Err(unavailable(server, reason))
@@ -78,6 +84,21 @@ impl LocalPath {
             }
             _ => Ok(None),
         }
+    }
+
+    /// Claims server `index`'s attach for a background task; false when it is not due (one
+    /// runs already, or the server is attached or left alone for now).
+    fn begin_attach(&self, index: usize) -> bool {
+        let mut slot = self.lock(index);
+        let due = match &*slot {
+            Slot::Untried => true,
+            Slot::Unavailable { until, .. } => Instant::now() >= *until,
+            Slot::Attaching | Slot::Attached(_) => false,
+        };
+        if due {
+            *slot = Slot::Attaching;
+        }
+        due
     }
 
     /// Drops `failed` (if it is still server `index`'s attachment) after a transfer through
@@ -123,12 +144,17 @@ fn unavailable(server: &str, reason: &str) -> Error {
 }
 
 impl Client {
-    /// Server `index`'s mapped arena, attaching on first use; `Ok(None)`: serve it another
-    /// way. Under `transport: shm` a server that cannot be attached is an error. Waiting for
-    /// another caller's attach and attaching keep to this caller's deadline, and a server
-    /// that does not answer in time fails the operation with [`Error::Timeout`] under `auto`
-    /// too: the way around (TCP or RDMA, to the same server) would only wait out a second
-    /// deadline. The attach itself runs to its end, for the next operation.
+    /// Server `index`'s mapped arena; `Ok(None)`: serve it another way.
+    ///
+    /// Under `auto` this never waits: an untried server's attach starts in the background and
+    /// the operation goes over TCP or RDMA meanwhile. Mapping a large arena takes seconds
+    /// under load (the first client faults in every page), and an engine's first save used
+    /// to wait for it and time out. A server that does not answer costs the operation one
+    /// deadline, on the way around.
+    ///
+    /// Under `transport: shm` there is no way around: a server that cannot be attached is an
+    /// error, and waiting for another caller's attach and attaching keep to this caller's
+    /// deadline ([`Error::Timeout`]).
     pub(crate) async fn local_arena(&self, index: usize) -> Result<Option<Arc<Attached>>> {
         let Some(local) = &self.inner.local else {
             return Ok(None);
@@ -136,6 +162,16 @@ impl Client {
         let server = self.server_name(index);
         if let Some(known) = local.current(index, server)? {
             return Ok(known);
+        }
+        if !local.strict {
+            if local.begin_attach(index) {
+                let client = self.clone();
+                tokio::spawn(async move {
+                    // Its outcome is in the slot for the next operation; a failure is logged.
+                    let _ = client.attach_once(index).await;
+                });
+            }
+            return Ok(None);
         }
         // A task of its own: mapping a large arena can take longer than a deadline (the first
         // client faults in every page of it). An attach abandoned with its operation was
@@ -160,7 +196,10 @@ impl Client {
         };
         let server = self.server_name(index);
         let _one_at_a_time = local.servers[index].attaching.lock().await;
-        if let Some(known) = local.current(index, server)? {
+        // Under `auto` the slot says `Attaching`: this is that attach.
+        if !matches!(*local.lock(index), Slot::Attaching)
+            && let Some(known) = local.current(index, server)?
+        {
             return Ok(known);
         }
         let why = match self.attach_local(index).await {

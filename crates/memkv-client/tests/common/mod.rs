@@ -97,6 +97,21 @@ pub async fn client(servers: &[&Server]) -> Client {
     Client::connect(client_config(servers)).await.unwrap()
 }
 
+/// Waits (at most 10 s) until `c` has attached `server`'s arena. Under `transport: auto` the
+/// first operation worth moving through it starts the attach in the background and goes
+/// over TCP itself.
+pub async fn until_attached(c: &Client, server: &str) {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !c.shared_memory_servers().iter().any(|s| s == server) {
+        assert!(
+            std::time::Instant::now() < until,
+            "{server} was never attached: {:?}",
+            c.shared_memory_servers()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Deterministic bytes that differ per `seed` and position.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
