@@ -184,6 +184,18 @@ def test_a_paused_server_costs_one_deadline_not_a_hang() -> None:
         assert c.get("k") == b"v"
 
 
+def test_a_server_at_its_connection_limit_is_unavailable_and_says_why() -> None:
+    """A server at `limits.max_connections` turns a new client away: that is a server that
+    cannot be reached now (it used to be a bare memkv.Error)."""
+    with MemkvServer(extra_yaml="limits:\n  max_connections: 1\n") as srv:
+        first = srv.client(timeout_ms=2000, transport="tcp")
+        first.put("k", b"v")
+        second = srv.client(timeout_ms=2000, transport="tcp")
+        with pytest.raises(memkv.ServerUnavailableError, match=r"limits\.max_connections \(1\)"):
+            second.get("k")
+        first.close()
+
+
 def test_servers_of_one_fleet_share_a_key() -> None:
     with MemkvServer() as a, MemkvServer(auth_key=a.auth_key) as b:
         c = memkv.Client(servers=[a.address, b.address], auth_key=a.auth_key)

@@ -148,6 +148,15 @@ impl Error {
             ProtoError::Refused { status, message } => match status {
                 Status::Unauthorized => Error::Unauthorized { server, message },
                 Status::UnsupportedVersion => Error::UnsupportedVersion { server, message },
+                // A server at `limits.max_connections` turns the connection away: it cannot be
+                // reached now, like one that refuses the TCP connect, and is backed off alike.
+                Status::Busy => Error::Unreachable {
+                    server,
+                    source: Arc::new(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionRefused,
+                        message,
+                    )),
+                },
                 _ => Error::Server {
                     server,
                     status,
@@ -184,6 +193,15 @@ mod tests {
         assert_eq!(e.server(), Some("s:1"));
         let e = Error::from_handshake("s:1", ProtoError::UnsupportedVersion { peer: 2, ours: 1 });
         assert!(matches!(e, Error::UnsupportedVersion { .. }), "{e}");
+        let e = Error::from_handshake(
+            "s:1",
+            ProtoError::Refused {
+                status: Status::Busy,
+                message: "server is at limits.max_connections (1)".into(),
+            },
+        );
+        assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
+        assert!(e.to_string().contains("limits.max_connections (1)"), "{e}");
         let e = Error::from_handshake("s:1", ProtoError::BadMac);
         assert!(matches!(e, Error::Protocol { .. }));
     }

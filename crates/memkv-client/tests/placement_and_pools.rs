@@ -48,6 +48,27 @@ async fn a_refused_extra_connection_fails_no_request_while_the_pool_has_an_open_
     server.shutdown().await.unwrap();
 }
 
+/// A client turned away at `limits.max_connections` gets `Unreachable`, naming the limit (the
+/// Python package's `ServerUnavailableError`); it used to get a bare `Server { Busy }`, which an
+/// engine could not tell from a failed operation.
+#[tokio::test]
+async fn a_client_turned_away_at_the_connection_limit_finds_the_server_unreachable() {
+    let server = start("limits:\n  max_connections: 1\n").await;
+    let mut config = client_config(&[&server]);
+    config.transport = Transport::Tcp;
+    config.num_connections = 1;
+    let first = Client::connect(config.clone()).await.unwrap();
+    first.put(b"k", b"v").await.unwrap();
+    let second = Client::connect(config).await.unwrap();
+    let err = second.put(b"k", b"v").await.unwrap_err();
+    assert!(
+        matches!(err, memkv_client::Error::Unreachable { .. })
+            && err.to_string().contains("limits.max_connections (1)"),
+        "{err:?}"
+    );
+    server.shutdown().await.unwrap();
+}
+
 /// Placement does not depend on the order the servers are listed in, nor on
 /// spaces around entries of `MEMKV_SERVERS` (the Python package's `servers` list goes through
 /// that parser): a batch written by one client is read whole by another that lists the same
