@@ -4,7 +4,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -82,16 +81,16 @@ impl Server {
             }
         }
         let address = config.network.address;
-        let listener = TcpListener::bind(address)
-            .await
-            .map_err(|source| StartError::Bind { address, source })?;
+        let bind_error = |source| StartError::Bind { address, source };
+        // Bound now, so a port in use fails the start at once; listening only once the store is
+        // open (a file-mode replay can take minutes): until then a client is refused at once
+        // and backs off, instead of waiting out its deadline on a connection nobody accepts.
+        let reserved = reserve_port(address).map_err(bind_error)?;
+        let data_addr = reserved.local_addr().map_err(bind_error)?;
         if let Some(name) = &config.network.tcp_congestion {
-            crate::congestion::apply(&listener, name)?;
+            crate::congestion::apply(&reserved, name)?;
             tracing::info!(algorithm = %name, "TCP congestion control of data connections (network.tcp_congestion)");
         }
-        let data_addr = listener
-            .local_addr()
-            .map_err(|source| StartError::Bind { address, source })?;
         let admin_listener = crate::admin::bind_admin(admin_address(&config, data_addr)).await?;
         let admin_addr = admin_listener
             .local_addr()
@@ -131,6 +130,7 @@ impl Server {
         let tls = config.network.tls.clone();
         let local = crate::local::start(store.arena_handle()).map_err(StartError::LocalSocket)?;
         let (local, local_listener) = local.unzip();
+        let listener = reserved.listen(LISTEN_BACKLOG).map_err(bind_error)?;
         let shared = Shared::new(config, store, key, data_addr, rdma, local.clone(), instance);
         // The data listener is bound (connections queue from now on): health must say so from
         // the admin API's first answer, not once the data task first runs.
@@ -228,6 +228,23 @@ impl Server {
 }
 
 /// The admin address: the data IP at port + 1, or an ephemeral port when the data port was.
+/// Connections the kernel queues for the data listener while the accept loop is busy.
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// A socket bound to `address` and not listening yet: the port is this server's, and a connect
+/// to it is refused.
+fn reserve_port(address: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = match address {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // As `TcpListener::bind` does: a restart binds the port despite its old connections in
+    // TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(address)?;
+    Ok(socket)
+}
+
 fn admin_address(config: &ServerConfig, data: SocketAddr) -> SocketAddr {
     let mut admin = config.network.admin_address();
     if config.network.address.port() == 0 {

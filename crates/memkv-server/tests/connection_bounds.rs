@@ -435,3 +435,61 @@ async fn unread_memory_mode_gets_pin_no_more_than_the_connections_inflight_budge
     drop(never_reads);
     server.shutdown().await.unwrap();
 }
+
+/// A server still starting (prefaulting its arena here; replaying a file-mode journal, which
+/// can take minutes) refuses connections instead of leaving them unanswered: the port was
+/// listening from the first step of the start, so a client's connect succeeded and its
+/// handshake waited out the client's deadline. The port is still bound that early, so a port
+/// in use fails the start at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_still_starting_refuses_connections_instead_of_leaving_them_unanswered() {
+    let _serial = SERIAL.lock().await;
+    let address = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let yaml = format!(
+        "network:\n  address: {address}\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 512 MiB\n  prefault: true\n"
+    );
+    let config = ServerConfig::from_yaml_str(&yaml, "test").unwrap();
+    let starting = tokio::spawn(Server::start(config));
+    // Until the server binds the port, a connect is refused either way.
+    let bound = |address| {
+        let probe = tokio::net::TcpSocket::new_v4().unwrap();
+        probe.bind(address).is_err()
+    };
+    while !bound(address) {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Each connect's outcome, in order: refused (false) or accepted (true).
+    let mut outcomes = Vec::new();
+    while !starting.is_finished() {
+        match tokio::net::TcpStream::connect(address).await {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => outcomes.push(false),
+            Err(e) => panic!("connect to a starting server: {e}"),
+            Ok(_) => outcomes.push(true),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let server = starting.await.unwrap().unwrap();
+    // Refused while starting; a connect may land between the listen and the start's return.
+    let first_accepted = outcomes.iter().position(|&a| a).unwrap_or(outcomes.len());
+    assert!(
+        first_accepted > 0 && outcomes[first_accepted..].iter().all(|&a| a),
+        "connects during the start, in order (true: accepted): {outcomes:?}"
+    );
+    let taken = Server::start(
+        ServerConfig::from_yaml_str(
+            &format!("network:\n  address: {address}\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 16 MiB\n"),
+            "test",
+        )
+        .unwrap(),
+    )
+    .await;
+    assert!(
+        matches!(&taken, Err(e) if e.to_string().contains(&address.to_string())),
+        "a second server on the same port: {:?}",
+        taken.as_ref().err()
+    );
+    server.shutdown().await.unwrap();
+}
