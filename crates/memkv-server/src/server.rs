@@ -227,7 +227,6 @@ impl Server {
     }
 }
 
-/// The admin address: the data IP at port + 1, or an ephemeral port when the data port was.
 /// Connections the kernel queues for the data listener while the accept loop is busy.
 const LISTEN_BACKLOG: u32 = 1024;
 
@@ -245,6 +244,7 @@ fn reserve_port(address: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
     Ok(socket)
 }
 
+/// The admin address: the data IP at port + 1, or an ephemeral port when the data port was.
 fn admin_address(config: &ServerConfig, data: SocketAddr) -> SocketAddr {
     let mut admin = config.network.admin_address();
     if config.network.address.port() == 0 {

@@ -444,10 +444,7 @@ async fn unread_memory_mode_gets_pin_no_more_than_the_connections_inflight_budge
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_still_starting_refuses_connections_instead_of_leaving_them_unanswered() {
     let _serial = SERIAL.lock().await;
-    let address = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
+    let address = support::fixed_loopback_address();
     let yaml = format!(
         "network:\n  address: {address}\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 512 MiB\n  prefault: true\n"
     );
@@ -458,7 +455,7 @@ async fn a_server_still_starting_refuses_connections_instead_of_leaving_them_una
         let probe = tokio::net::TcpSocket::new_v4().unwrap();
         probe.bind(address).is_err()
     };
-    while !bound(address) {
+    while !bound(address) && !starting.is_finished() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     // Each connect's outcome, in order: refused (false) or accepted (true).

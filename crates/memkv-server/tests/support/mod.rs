@@ -78,3 +78,24 @@ pub fn tls_stream(
         .unwrap();
     rustls::StreamOwned::new(connection, socket)
 }
+
+/// A loopback address whose port and port + 1 (the admin API) are free and lie below the
+/// kernel's ephemeral range: an ephemeral data port leaves port + 1 to be lent to any outgoing
+/// connection, and the server's start then fails on the admin port.
+pub fn fixed_loopback_address() -> std::net::SocketAddr {
+    use std::hash::{BuildHasher, RandomState};
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u16, ephemeral_low.saturating_sub(2).max(10_100));
+    let random = RandomState::new();
+    for attempt in 0u32..200 {
+        let port = low + (random.hash_one(attempt) % u64::from(high - low)) as u16;
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 1) {
+            return std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        }
+    }
+    panic!("no free pair of adjacent loopback ports in {low}..{high}");
+}
