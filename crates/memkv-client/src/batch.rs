@@ -149,6 +149,7 @@ impl Client {
         &self,
         items: &[(K, V)],
     ) -> Vec<Result<()>> {
+        let started = Instant::now();
         let mut out: Vec<Option<Result<()>>> = (0..items.len()).map(|_| None).collect();
         let mut planned = Vec::with_capacity(items.len());
         for (index, (key, value)) in items.iter().enumerate() {
@@ -204,9 +205,19 @@ impl Client {
             // `auto` after an RDMA failure: those items again, over TCP.
             let retry = crate::rdma::batch::fallen_back(rdma, &out);
             let planned: Vec<Planned> = planned.into_iter().filter(|p| retry[p.index]).collect();
-            let chunks = self.tcp_chunks(&planned);
-            let outcomes = join_all(chunks.iter().map(|c| self.put_chunk(c, items))).await;
-            scatter(&chunks, outcomes, &mut out);
+            // Within what is left of the deadline.
+            match self.for_the_rest(started) {
+                Some(rest) => {
+                    let chunks = rest.tcp_chunks(&planned);
+                    let outcomes = join_all(chunks.iter().map(|c| rest.put_chunk(c, items))).await;
+                    scatter(&chunks, outcomes, &mut out);
+                }
+                None => {
+                    for p in &planned {
+                        out[p.index] = Some(self.out_of_time("put_batch", items[p.index].0.as_ref()));
+                    }
+                }
+            }
         }
         out.into_iter()
             .map(|r| r.expect("every item answered"))
@@ -400,9 +411,19 @@ impl Client {
                     size: KEY_ITEM_HEADER + keys[index].as_ref().len(),
                 })
                 .collect();
-            let chunks = self.chunks(&planned);
-            let outcomes = join_all(chunks.iter().map(|c| self.get_chunk(c, keys))).await;
-            scatter(&chunks, outcomes, &mut out);
+            // Within what is left of the deadline.
+            match self.for_the_rest(started) {
+                Some(rest) => {
+                    let chunks = rest.chunks(&planned);
+                    let outcomes = join_all(chunks.iter().map(|c| rest.get_chunk(c, keys))).await;
+                    scatter(&chunks, outcomes, &mut out);
+                }
+                None => {
+                    for p in &planned {
+                        out[p.index] = Some(self.out_of_time("get_batch", keys[p.index].as_ref()));
+                    }
+                }
+            }
         }
         let retry: Vec<usize> = out
             .iter()

@@ -3,7 +3,8 @@
 //! batch, the second step waited for the first on every server: one hung same-host server
 //! held the healthy servers' TCP items back for its whole deadline, and its own TCP items
 //! then waited out a second one. Each server's items now take both steps on their own, all
-//! servers at once, and the second step gets what is left of the deadline.
+//! servers at once, and the second step gets what is left of the deadline. So does the way
+//! around RDMA (to TCP, under `auto`), for batches and single operations alike.
 
 use std::time::Duration;
 
@@ -42,6 +43,24 @@ impl Client {
     pub(crate) fn for_the_rest(&self, started: Instant) -> Option<Client> {
         let left = self.timeout.checked_sub(started.elapsed())?;
         (left > Duration::ZERO).then(|| self.with_timeout(left))
+    }
+
+    /// The way around for an operation begun at `started` whose first path fell through (RDMA
+    /// under `auto`, a failed copy through shared memory): `then` on a client with what is left
+    /// of the deadline, a timeout naming the whole deadline; when nothing is left, `key`'s
+    /// timeout without sending. The way around used to get a whole deadline of its own, so an
+    /// RDMA failure after a wait cost the caller up to two.
+    pub(crate) async fn in_the_rest<T>(
+        &self,
+        started: Instant,
+        op: &'static str,
+        key: &[u8],
+        then: impl AsyncFnOnce(&Client) -> Result<T>,
+    ) -> Result<T> {
+        match self.for_the_rest(started) {
+            Some(rest) => self.whole_deadline(then(&rest).await),
+            None => self.out_of_time(op, key),
+        }
     }
 
     /// A second step's result, its timeout named after the operation's whole deadline.
@@ -103,4 +122,51 @@ pub(crate) fn gather<T>(len: usize, groups: &[Vec<usize>], done: Vec<Vec<T>>) ->
     out.into_iter()
         .map(|r| r.expect("every item is in one group"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn client(timeout: Duration) -> Client {
+        let mut config =
+            crate::ClientConfig::new(["127.0.0.1:1"], memkv_proto::AuthKey::from_bytes([7; 32]));
+        config.transport = crate::Transport::Tcp;
+        config.timeout = timeout;
+        Client::connect(config).await.unwrap()
+    }
+
+    /// The way around gets what is left of the deadline, and its timeout names the whole one.
+    #[tokio::test]
+    async fn the_way_around_gets_what_is_left_of_the_deadline() {
+        let deadline = Duration::from_millis(100);
+        let c = client(deadline).await;
+        let started = Instant::now() - Duration::from_millis(40);
+        let r: Result<()> = c
+            .in_the_rest(started, "put", b"k", async |rest| {
+                assert!(rest.timeout() <= Duration::from_millis(60), "{:?}", rest.timeout());
+                Err(Error::Timeout {
+                    server: "s".into(),
+                    op: "put",
+                    after: rest.timeout(),
+                })
+            })
+            .await;
+        assert!(
+            matches!(r, Err(Error::Timeout { after, .. }) if after == deadline),
+            "{r:?}"
+        );
+        let spent = Instant::now() - deadline;
+        let r: Result<()> = c
+            .in_the_rest(spent, "put", b"k", async |_| {
+                panic!("sent with no time left")
+            })
+            .await;
+        assert!(
+            matches!(r, Err(Error::Timeout { after, op: "put", .. }) if after == deadline),
+            "{r:?}"
+        );
+        let r: Result<()> = c.in_the_rest(spent, "put", b"", async |_| Ok(())).await;
+        assert!(matches!(r, Err(Error::TooLarge { len: 0, .. })), "{r:?}");
+    }
 }

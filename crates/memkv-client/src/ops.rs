@@ -12,6 +12,7 @@ use crate::conn::Response;
 use crate::destination::copy_into;
 use crate::local::routes::ItemDest;
 use crate::{Error, Result};
+use tokio::time::Instant;
 
 impl Client {
     fn refused(&self, index: usize, response: &Response) -> Error {
@@ -20,6 +21,7 @@ impl Client {
 
     /// Stores `value` under `key`, replacing any value.
     pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let started = Instant::now();
         self.check_key(key)?;
         self.check_value(value)?;
         if let Some(done) = self.put_local(key, value).await {
@@ -33,6 +35,14 @@ impl Client {
                 done => return done,
             }
         }
+        self.in_the_rest(started, "put", key, async |c| {
+            c.put_tcp(index, key, value).await
+        })
+        .await
+    }
+
+    /// A put over TCP.
+    async fn put_tcp(&self, index: usize, key: &[u8], value: &[u8]) -> Result<()> {
         let r = self
             .exchange(
                 index,
@@ -59,15 +69,21 @@ impl Client {
     /// Reads the value under `key` into `buf` (replacing its contents and reusing its
     /// capacity); returns whether the key exists. On error `buf` is left empty.
     pub async fn get_into(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+        let started = Instant::now();
         self.check_key(key)?;
         if let Some(done) = self.get_local(key, ItemDest::Vec(buf)).await {
             return done.map(|len| len.is_some());
         }
-        self.get_into_remote(key, buf).await
+        self.get_into_remote(key, buf, started).await
     }
 
-    /// [`Client::get_into`] over RDMA or TCP.
-    async fn get_into_remote(&self, key: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
+    /// [`Client::get_into`] over RDMA or TCP, for an operation begun at `started`.
+    async fn get_into_remote(
+        &self,
+        key: &[u8],
+        buf: &mut Vec<u8>,
+        started: Instant,
+    ) -> Result<bool> {
         let index = self.owner_index(key);
         if let Some(rdma) = self.rdma() {
             match self.get_rdma(rdma, index, key, buf).await {
@@ -76,6 +92,14 @@ impl Client {
                 done => return done,
             }
         }
+        self.in_the_rest(started, "get", key, async |c| {
+            c.get_tcp(index, key, buf).await
+        })
+        .await
+    }
+
+    /// A get over TCP into `buf`.
+    async fn get_tcp(&self, index: usize, key: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
         let mut r = self
             .exchange(
                 index,
@@ -104,13 +128,14 @@ impl Client {
     /// Reads the value under `key` into the front of `buf`; returns its length, `None` when
     /// the key is absent, or [`Error::BufferTooSmall`] when it does not fit.
     pub async fn get_into_slice(&self, key: &[u8], buf: &mut [u8]) -> Result<Option<usize>> {
+        let started = Instant::now();
         self.check_key(key)?;
         if let Some(done) = self.get_local(key, ItemDest::Slice(&mut *buf)).await {
             return done;
         }
         // Not through shared memory: a get into a small buffer goes over TCP under `auto`.
         let mut value = Vec::new();
-        if !self.get_into_remote(key, &mut value).await? {
+        if !self.get_into_remote(key, &mut value, started).await? {
             return Ok(None);
         }
         copy_into(&value, buf).map(Some)

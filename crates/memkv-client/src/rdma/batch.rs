@@ -95,6 +95,7 @@ impl Client {
         buf: &RdmaBuffer,
         items: &[(K, Range<usize>)],
     ) -> Vec<Result<()>> {
+        let started = tokio::time::Instant::now();
         let mut out: Vec<Option<Result<()>>> = items.iter().map(|_| None).collect();
         let mut planned = Vec::with_capacity(items.len());
         for (index, (key, range)) in items.iter().enumerate() {
@@ -142,9 +143,16 @@ impl Client {
                     (key.as_ref(), &buf.as_slice()[range.clone()])
                 })
                 .collect();
-            let results = self.put_batch_distinct(&pairs).await;
+            // Over TCP: all of them without RDMA, those it failed for within what is left.
+            let results = match self.for_the_rest(started) {
+                Some(rest) => rest.put_batch_distinct(&pairs).await,
+                None => pairs
+                    .iter()
+                    .map(|(k, _)| self.out_of_time("put_batch", k))
+                    .collect(),
+            };
             for (p, r) in planned.iter().zip(results) {
-                out[p.index] = Some(r);
+                out[p.index] = Some(self.whole_deadline(r));
             }
         }
         out.into_iter()
@@ -162,6 +170,7 @@ impl Client {
         buf: &mut RdmaBuffer,
         items: &[(K, Range<usize>)],
     ) -> Vec<Result<Option<usize>>> {
+        let started = tokio::time::Instant::now();
         let mut out: Vec<Option<Result<Option<usize>>>> = items.iter().map(|_| None).collect();
         let mut planned = Vec::with_capacity(items.len());
         let bases: Vec<usize> = items.iter().map(|(_, r)| r.start).collect();
@@ -219,9 +228,13 @@ impl Client {
         }
         if !planned.is_empty() {
             let keys: Vec<&[u8]> = planned.iter().map(|p| items[p.index].0.as_ref()).collect();
-            let values = self.get_batch(&keys).await;
+            // Over TCP: all of them without RDMA, those it failed for within what is left.
+            let values = match self.for_the_rest(started) {
+                Some(rest) => rest.get_batch(&keys).await,
+                None => self.gets_out_of_time(keys.iter().copied()),
+            };
             for (p, r) in planned.iter().zip(values) {
-                out[p.index] = Some(r.and_then(|v| match v {
+                out[p.index] = Some(self.whole_deadline(r).and_then(|v| match v {
                     None => Ok(None),
                     Some(v) if v.len() > caps[p.index] => Err(Error::TooLarge {
                         what: "value for the registered buffer",

@@ -48,6 +48,7 @@ impl Client {
             len: len as u64,
             limit: buf.len() as u64,
         })?;
+        let started = tokio::time::Instant::now();
         self.check_key(key)?;
         self.check_value(value)?;
         let index = self.owner_index(key);
@@ -55,10 +56,12 @@ impl Client {
             return self.put(key, value).await;
         };
         match self.put_rdma_from(rdma, index, key, value, Some(buf)).await {
-            Err(e @ Error::Rdma { .. }) if rdma.failed(&e) => self.put(key, value).await,
-            Err(e) if rdma.busy_to_tcp(&e) => self.put(key, value).await,
-            done => done,
+            Err(e @ Error::Rdma { .. }) if rdma.failed(&e) => {}
+            Err(e) if rdma.busy_to_tcp(&e) => {}
+            done => return done,
         }
+        self.in_the_rest(started, "put", key, async |c| c.put(key, value).await)
+            .await
     }
 
     /// Reads the value under `key` into `buf` with RDMA READ straight into it; returns its
