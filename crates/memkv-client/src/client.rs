@@ -221,10 +221,13 @@ impl Client {
         let pool = &self.inner.pools[index];
         let started = tokio::time::Instant::now();
         let mut slot = Some(sink);
+        // Whether the deadline found the request on a connection (not still dialling).
+        let on_a_connection = std::cell::Cell::new(false);
         let attempt = async {
             let mut retried = false;
             loop {
                 let conn = pool.connection().await?;
+                on_a_connection.set(true);
                 let sink = slot.take().expect("the sink is back for every try");
                 match conn.call(opcode, key, payload, sum, sink).await {
                     Ok(response) => return Ok(response),
@@ -241,10 +244,15 @@ impl Client {
         };
         let result = tokio::time::timeout(self.timeout, attempt)
             .await
-            .map_err(|_| Error::Timeout {
-                server: pool.server().to_owned(),
-                op,
-                after: self.timeout,
+            .map_err(|_| {
+                if on_a_connection.get() {
+                    pool.request_unanswered(self.timeout);
+                }
+                Error::Timeout {
+                    server: pool.server().to_owned(),
+                    op,
+                    after: self.timeout,
+                }
             })
             .and_then(|r| r);
         crate::metrics::request(op, result.as_ref().map(drop), started.elapsed());

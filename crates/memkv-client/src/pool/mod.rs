@@ -194,6 +194,9 @@ impl ServerPool {
             conn,
             _in_flight: in_flight,
         };
+        if let Some(err) = self.probe.calls_unanswered() {
+            return Err(err);
+        }
         let mut slot = self.slots[index].lock().await;
         if let Some(conn) = slot.conn.as_ref().filter(|c| c.is_open()) {
             return Ok(lease(Arc::clone(conn)));
@@ -260,6 +263,29 @@ impl ServerPool {
         })
     }
 
+    /// A request on an open connection went unanswered for `after` (the caller's deadline):
+    /// calls fail at once until the server answers a probe (`probe.rs`).
+    pub fn request_unanswered(&self, after: Duration) {
+        let err = Error::Unreachable {
+            server: self.server.clone(),
+            source: Arc::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "a request went unanswered for {after:?}; calls fail at once until the server answers again"
+                ),
+            )),
+        };
+        self.probe.start_for_calls(self.target(), err);
+    }
+
+    fn target(&self) -> Target {
+        Target {
+            server: self.server.clone(),
+            key: self.key.clone(),
+            payload_mac: self.payload_mac,
+        }
+    }
+
     /// Puts a newly opened connection in `slot`.
     fn connected(&self, slot: &mut Slot, load: &SlotLoad, conn: Connection) -> Arc<Connection> {
         crate::metrics::connected();
@@ -303,12 +329,7 @@ impl Drop for AbandonedDial<'_> {
             )),
         };
         self.pool.connect_failed(slot, self.load, err.clone());
-        let target = Target {
-            server: self.pool.server.clone(),
-            key: self.pool.key.clone(),
-            payload_mac: self.pool.payload_mac,
-        };
-        self.pool.probe.start(target, err);
+        self.pool.probe.start(self.pool.target(), err);
     }
 }
 

@@ -3,14 +3,22 @@
 //! while callers fail at once. Without this, every caller after the back-off dialled again and
 //! waited out its whole deadline, so an engine's calls to a dead host stalled one deadline each
 //! for as long as the host stayed down.
+//!
+//! A request left unanswered past its deadline on an open connection (a hung or stopped
+//! process, whose kernel keeps the connections open) does the same, and then the open
+//! connections are passed over too: each call used to wait out its whole deadline on them for
+//! as long as the server stayed hung. A server that is only slow answers the probe's ping at
+//! once, so a false alarm costs milliseconds of fast failures.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use memkv_proto::AuthKey;
 
+use memkv_proto::{Opcode, Status};
+
 use crate::Error;
-use crate::conn::{CLIENT_LIMITS, Connection, Dial};
+use crate::conn::{CLIENT_LIMITS, Connection, Dial, Sink};
 use crate::pool::BACKOFF_MAX;
 
 /// How long one background dial may take before it counts as unanswered. A dial is a TCP
@@ -21,6 +29,9 @@ pub(crate) const PROBE_DIAL_LIMIT: Duration = Duration::from_secs(5);
 struct State {
     /// Set while the server is not answering: what callers are told.
     down: Option<Error>,
+    /// The server left a request unanswered on an open connection: its open connections are
+    /// not used either until the probe gets an answer.
+    calls_unanswered: bool,
     /// A probe task is running.
     probing: bool,
     /// The connection the probe opened, for the next caller to take into its slot.
@@ -53,6 +64,12 @@ impl Probe {
         self.state().down.clone()
     }
 
+    /// The error for callers, open connections or not, while a request is unanswered.
+    pub fn calls_unanswered(&self) -> Option<Error> {
+        let state = self.state();
+        state.calls_unanswered.then(|| state.down.clone()).flatten()
+    }
+
     /// A connection the probe opened, once.
     pub fn take_found(&self) -> Option<Connection> {
         self.state().found.take()
@@ -62,11 +79,22 @@ impl Probe {
     /// on, and a probe dials until the server answers. Needs a Tokio runtime; without one
     /// (a runtime shutting down) nothing is started and callers dial as before.
     pub fn start(self: &Arc<Self>, target: Target, err: Error) {
+        self.start_probing(target, err, false);
+    }
+
+    /// A request went unanswered past its deadline on an open connection: callers fail at once,
+    /// open connections or not, until the probe's dial and ping are answered.
+    pub fn start_for_calls(self: &Arc<Self>, target: Target, err: Error) {
+        self.start_probing(target, err, true);
+    }
+
+    fn start_probing(self: &Arc<Self>, target: Target, err: Error, calls_unanswered: bool) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let mut state = self.state();
         state.down = Some(err);
+        state.calls_unanswered |= calls_unanswered;
         if state.probing {
             return;
         }
@@ -74,7 +102,7 @@ impl Probe {
         drop(state);
         tracing::warn!(
             server = %target.server,
-            "no answer within the caller's deadline: failing calls at once and dialling in the background"
+            "no answer within the caller's deadline: failing calls at once and checking the server in the background"
         );
         runtime.spawn(run(Arc::downgrade(self), target));
     }
@@ -88,7 +116,7 @@ async fn run(probe: Weak<Probe>, target: Target) {
         limits: CLIENT_LIMITS,
     };
     loop {
-        let outcome = tokio::time::timeout(PROBE_DIAL_LIMIT, Connection::open(&dial)).await;
+        let outcome = tokio::time::timeout(PROBE_DIAL_LIMIT, answering(&dial)).await;
         {
             let Some(probe) = probe.upgrade() else {
                 return;
@@ -106,9 +134,26 @@ async fn run(probe: Weak<Probe>, target: Target) {
                 // Until a dial succeeds, callers keep failing at once (a refusal too: the host
                 // is back but its server is not, and the probe's next dial finds it).
                 Ok(Err(err)) => state.down = Some(err),
-                Err(_) => {}
+                // Unanswered: that dial already waited, and the next one, waiting at once, is
+                // answered the moment a stopped server resumes.
+                Err(_) => continue,
             }
         }
         tokio::time::sleep(BACKOFF_MAX).await;
+    }
+}
+
+/// A new connection to the server, once it has answered a ping on it: a hung server's kernel
+/// may still complete a connect, and its process a handshake.
+async fn answering(dial: &Dial<'_>) -> crate::Result<Connection> {
+    let conn = Connection::open(dial).await?;
+    let probe = b"memkv probe";
+    match conn
+        .call(Opcode::Ping, &[], &[probe], None, Sink::default())
+        .await
+    {
+        Ok(r) if r.status == Status::Ok => Ok(conn),
+        Ok(r) => Err(Error::from_status(dial.server, r.status, &r.payload)),
+        Err(e) => Err(e.into_error()),
     }
 }
