@@ -42,7 +42,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from . import keys as K
 from .pages import LayerPages, host_ranges, range_view
 from .settings import parse
-from .store import Store, StoreUnavailable
+from .store import Store, StoreUnavailable, item_results
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -227,8 +227,9 @@ class MemkvConnector(KVConnectorBase_V1):
         t0 = time.perf_counter()
         try:
             found = self._store.call("exists_many", keys)
-        except StoreUnavailable:
-            return 0
+        except StoreUnavailable as e:
+            # Leading chunks whose keys all answered still count.
+            found = [r is True for r in item_results(e, len(keys))]
         hits = K.leading_hits(found, self._tp_size * len(self._layer_names))
         logger.debug("memkv_vllm: lookup of %d chunks (%d keys): %d held, %.1f ms", len(hashes),
                      len(keys), hits, (time.perf_counter() - t0) * 1e3)

@@ -60,7 +60,7 @@ from vllm.v1.metrics.cache_hit_source import CacheHitSource
 
 from . import keys as K
 from .settings import DEFAULT_RETRY_AFTER_S, parse
-from .store import Store, StoreUnavailable
+from .store import Store, StoreUnavailable, item_results
 from .transfers import ChunkTransfers, Outcome
 
 if TYPE_CHECKING:
@@ -136,9 +136,10 @@ class MemkvLookups(AsyncLookupManager):
             found: list[bool] = self._store.call(
                 "exists_many", [self._tier.memkv_key(k) for k in keys]
             )
-        except StoreUnavailable:
-            # Store has logged it once; vLLM would log again on every step of an outage.
-            return [False] * len(keys)
+        except StoreUnavailable as e:
+            # Store has logged it; vLLM would log again on every step of an outage. Keys on
+            # servers that answered keep their answer.
+            return [r is True for r in item_results(e, len(keys))]
         return found
 
 

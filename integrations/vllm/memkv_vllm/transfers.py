@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .store import Store, StoreUnavailable
+from .store import Store, StoreUnavailable, item_results
 
 logger = logging.getLogger("vllm.memkv_vllm")
 
@@ -108,8 +108,9 @@ class ChunkTransfers:
             return [], 0
         try:
             present = self._store.call("exists_many", keys)
-        except StoreUnavailable:
-            return [False] * len(keys), 0
+        except StoreUnavailable as e:
+            # Keys whose server answered keep their answer; the others are stored (again).
+            present = [r is True for r in item_results(e, len(keys))]
         todo = [i for i, p in enumerate(present) if not p]
         ok = [bool(p) for p in present]
         if not todo:
@@ -119,7 +120,7 @@ class ChunkTransfers:
             stored = [True] * len(todo)
         except StoreUnavailable as e:
             # Items that went through are stored even when others failed.
-            stored = [r is None for r in _item_results(e, len(todo))]
+            stored = [r is None for r in item_results(e, len(todo))]
         for i, s in zip(todo, stored):
             ok[i] = s
         return ok, sum(stored) * self._row_bytes
@@ -130,7 +131,7 @@ class ChunkTransfers:
         try:
             sizes = self._store.call("get_many_into", keys, views)
         except StoreUnavailable as e:
-            sizes = _item_results(e, len(keys))
+            sizes = item_results(e, len(keys))
         # A shorter value than the row would leave stale bytes behind it: not a hit.
         ok = [type(n) is int and n == self._row_bytes for n in sizes]
         return ok, sum(ok) * self._row_bytes
@@ -160,13 +161,3 @@ class ChunkTransfers:
         self._stores.shutdown(wait=True, cancel_futures=True)
 
 
-def _item_results(error: StoreUnavailable, n: int) -> list[object]:
-    """Each item's outcome of a failed batch call: what memkv got for it, or its error.
-
-    memkv's batch errors carry every item's result; a failure without them (a connection that
-    could not be opened) failed every item.
-    """
-    results = getattr(error.__cause__, "results", None)
-    if isinstance(results, list) and len(results) == n:
-        return results
-    return [error] * n
