@@ -214,7 +214,8 @@ impl Client {
                 }
                 None => {
                     for p in &planned {
-                        out[p.index] = Some(self.out_of_time("put_batch", items[p.index].0.as_ref()));
+                        out[p.index] =
+                            Some(self.out_of_time("put_batch", items[p.index].0.as_ref()));
                     }
                 }
             }

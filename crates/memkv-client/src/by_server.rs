@@ -144,7 +144,11 @@ mod tests {
         let started = Instant::now() - Duration::from_millis(40);
         let r: Result<()> = c
             .in_the_rest(started, "put", b"k", async |rest| {
-                assert!(rest.timeout() <= Duration::from_millis(60), "{:?}", rest.timeout());
+                assert!(
+                    rest.timeout() <= Duration::from_millis(60),
+                    "{:?}",
+                    rest.timeout()
+                );
                 Err(Error::Timeout {
                     server: "s".into(),
                     op: "put",

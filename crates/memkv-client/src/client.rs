@@ -222,12 +222,12 @@ impl Client {
         let started = tokio::time::Instant::now();
         let mut slot = Some(sink);
         // Whether the deadline found the request on a connection (not still dialling).
-        let on_a_connection = std::cell::Cell::new(false);
+        let on_a_connection = std::sync::atomic::AtomicBool::new(false);
         let attempt = async {
             let mut retried = false;
             loop {
                 let conn = pool.connection().await?;
-                on_a_connection.set(true);
+                on_a_connection.store(true, std::sync::atomic::Ordering::Relaxed);
                 let sink = slot.take().expect("the sink is back for every try");
                 match conn.call(opcode, key, payload, sum, sink).await {
                     Ok(response) => return Ok(response),
@@ -245,7 +245,7 @@ impl Client {
         let result = tokio::time::timeout(self.timeout, attempt)
             .await
             .map_err(|_| {
-                if on_a_connection.get() {
+                if on_a_connection.load(std::sync::atomic::Ordering::Relaxed) {
                     pool.request_unanswered(self.timeout);
                 }
                 Error::Timeout {
