@@ -108,8 +108,9 @@ async fn fleet(transport: Transport, deadline: Duration) -> (Vec<Server>, Freeze
 
 /// A batch across four servers, one of them hung after the client had used it: every other
 /// server's items come back (in the caller's order, with their values) and the hung server's
-/// fail, within one deadline, for every batch operation; once the server answers again the
-/// next batch uses it.
+/// fail, within one deadline, for every batch operation (after the first, at once: the
+/// server left a request unanswered); once the server answers again, a batch uses it within
+/// moments.
 #[tokio::test]
 async fn a_hung_server_fails_only_its_items_within_one_deadline() {
     let deadline = Duration::from_millis(500);
@@ -152,7 +153,7 @@ async fn a_hung_server_fails_only_its_items_within_one_deadline() {
             Ok(got) => assert_eq!(got.as_ref(), Some(v), "{k:?}"),
             Err(e) => {
                 assert!(hung(k), "{k:?}: {e}");
-                assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+                assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
                 assert_eq!(e.server(), Some(freezer.addr.as_str()));
             }
         }
@@ -175,11 +176,20 @@ async fn a_hung_server_fails_only_its_items_within_one_deadline() {
     }
 
     freezer.freeze(false);
+    // The background probe's dial, waiting on the hung server, is answered now.
     let t = Instant::now();
-    for r in c.get_batch(&ks).await {
-        assert!(r.unwrap().is_some());
+    while !c
+        .get_batch(&ks)
+        .await
+        .iter()
+        .all(|r| matches!(r, Ok(Some(_))))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "the server answers again, but the client does not use it"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    within("get_batch once the server answers again", t.elapsed());
     drop(freezer);
     for s in servers {
         s.shutdown().await.unwrap();
