@@ -279,7 +279,11 @@ class MemKVStorageBackend(StoragePluginInterface):
             found = self._client.exists_many([k.to_string() for k in keys])
         except memkv.Error as e:
             self._failed("contains_failures", e)
-            return 0
+            # Keys on servers that answered keep their answer: the prefix may still hit.
+            results = getattr(e, "results", None)
+            if results is None:
+                return 0
+            found = [r is True for r in results]
         hits = 0
         for f in found:
             if not f:

@@ -283,7 +283,10 @@ class MemKVHiCacheStorage(PlainPages, HiCacheStorage):
             return self.client.exists_many(names)
         except memkv.Error as e:
             logger.warning("memkv: existence check of %d objects failed: %s", len(names), e)
-            return None
+            # Objects on servers that answered keep their answer (one server down need not
+            # make every page a miss, and a rewrite of every page).
+            kept = kept_results(e)
+            return None if kept is None else [r is True for r in kept]
 
     def batch_exists(
         self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None
