@@ -194,7 +194,9 @@ impl ServerPool {
             conn,
             _in_flight: in_flight,
         };
-        if let Some(err) = self.probe.calls_unanswered() {
+        // Open connections included: a server that leaves a dial or a request unanswered is
+        // hung, whichever connection reaches it.
+        if let Some(err) = self.probe.down() {
             return Err(err);
         }
         let mut slot = self.slots[index].lock().await;
@@ -204,10 +206,6 @@ impl ServerPool {
         slot.conn = None;
         if let Some(conn) = self.probe.take_found() {
             return Ok(lease(self.connected(&mut slot, load, conn)));
-        }
-        if let Some(err) = self.probe.down() {
-            drop(slot);
-            return self.open_elsewhere(index).ok_or(err);
         }
         let now = Instant::now();
         if let Some(err) = slot.backoff.waiting(now) {
@@ -275,7 +273,7 @@ impl ServerPool {
                 ),
             )),
         };
-        self.probe.start_for_calls(self.target(), err);
+        self.probe.start(self.target(), err);
     }
 
     fn target(&self) -> Target {

@@ -5,10 +5,12 @@
 //! for as long as the host stayed down.
 //!
 //! A request left unanswered past its deadline on an open connection (a hung or stopped
-//! process, whose kernel keeps the connections open) does the same, and then the open
-//! connections are passed over too: each call used to wait out its whole deadline on them for
-//! as long as the server stayed hung. A server that is only slow answers the probe's ping at
-//! once, so a false alarm costs milliseconds of fast failures.
+//! process, whose kernel keeps the connections open) does the same: each call used to wait
+//! out its whole deadline on them for as long as the server stayed hung. Either way the open
+//! connections are passed over too until the probe's ping is answered (a dial that goes
+//! unanswered while a connection is open means the same hung server, reached by another
+//! slot). A server that is only slow answers the ping at once, so a false alarm costs
+//! milliseconds of fast failures.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -29,9 +31,6 @@ pub(crate) const PROBE_DIAL_LIMIT: Duration = Duration::from_secs(5);
 struct State {
     /// Set while the server is not answering: what callers are told.
     down: Option<Error>,
-    /// The server left a request unanswered on an open connection: its open connections are
-    /// not used either until the probe gets an answer.
-    calls_unanswered: bool,
     /// A probe task is running.
     probing: bool,
     /// The connection the probe opened, for the next caller to take into its slot.
@@ -64,37 +63,20 @@ impl Probe {
         self.state().down.clone()
     }
 
-    /// The error for callers, open connections or not, while a request is unanswered.
-    pub fn calls_unanswered(&self) -> Option<Error> {
-        let state = self.state();
-        state.calls_unanswered.then(|| state.down.clone()).flatten()
-    }
-
     /// A connection the probe opened, once.
     pub fn take_found(&self) -> Option<Connection> {
         self.state().found.take()
     }
 
-    /// A caller's deadline passed while its dial had no answer: callers fail at once from now
-    /// on, and a probe dials until the server answers. Needs a Tokio runtime; without one
+    /// A caller's deadline passed while its dial or request had no answer: callers fail at
+    /// once from now on, and a probe dials and pings until the server answers. Needs a Tokio runtime; without one
     /// (a runtime shutting down) nothing is started and callers dial as before.
     pub fn start(self: &Arc<Self>, target: Target, err: Error) {
-        self.start_probing(target, err, false);
-    }
-
-    /// A request went unanswered past its deadline on an open connection: callers fail at once,
-    /// open connections or not, until the probe's dial and ping are answered.
-    pub fn start_for_calls(self: &Arc<Self>, target: Target, err: Error) {
-        self.start_probing(target, err, true);
-    }
-
-    fn start_probing(self: &Arc<Self>, target: Target, err: Error, calls_unanswered: bool) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let mut state = self.state();
         state.down = Some(err);
-        state.calls_unanswered |= calls_unanswered;
         if state.probing {
             return;
         }
