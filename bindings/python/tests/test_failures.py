@@ -172,9 +172,10 @@ def test_version_is_the_workspace_version() -> None:
 
 
 def test_a_paused_server_costs_one_deadline_not_a_hang() -> None:
-    """A hung server (SIGSTOP: connections open, nothing answered) costs the first call its
-    deadline; later calls fail at once while the client checks the server in the background,
-    and the server is used again the moment it answers."""
+    """A hung server (SIGSTOP: connections open, nothing answered) costs calls their deadline
+    until a fresh connection's ping has gone unanswered too (a second); then calls fail at once
+    while the client checks the server in the background, and the server is used again the
+    moment it answers."""
     with MemkvServer() as srv:
         c = srv.client(timeout_ms=500)
         c.put("k", b"v")
@@ -182,6 +183,13 @@ def test_a_paused_server_costs_one_deadline_not_a_hang() -> None:
         try:
             with pytest.raises(memkv.TimeoutError, match=srv.address):
                 c.get("k")
+            confirmed = time.monotonic() + 5
+            while True:
+                with pytest.raises((memkv.TimeoutError, memkv.ServerUnavailableError)) as e:
+                    c.get("k")
+                if isinstance(e.value, memkv.ServerUnavailableError):
+                    break
+                assert time.monotonic() < confirmed, "calls to the hung server still wait"
             started = time.monotonic()
             for _ in range(20):
                 with pytest.raises(memkv.ServerUnavailableError, match=srv.address):
@@ -255,8 +263,8 @@ def test_a_paused_server_in_a_fleet_fails_only_its_keys_within_one_deadline() ->
             put_took = time.monotonic() - started
             bufs = [bytearray(len(v) * 2) for v in values]
             started = time.monotonic()
-            # The put left the hung server a request unanswered: its keys now fail at once.
-            with pytest.raises(memkv.ServerUnavailableError) as get_failed:
+            # Within one deadline, or at once once the server's silence is confirmed.
+            with pytest.raises(memkv.Error) as get_failed:
                 c.get_many_into(keys, bufs)
             get_took = time.monotonic() - started
         finally:
@@ -269,12 +277,12 @@ def test_a_paused_server_in_a_fleet_fails_only_its_keys_within_one_deadline() ->
         assert results is not None
         for key, value, buf, got in zip(keys, values, bufs, results):
             if key.encode() in failed:
-                assert isinstance(got, memkv.ServerUnavailableError), got
+                assert isinstance(got, (memkv.TimeoutError, memkv.ServerUnavailableError)), got
                 assert hung.address in str(got)
             else:
                 assert got == len(value) and bytes(buf[: len(value)]) == value, key
         limit = 1.5 * timeout_ms / 1000
-        assert put_took < limit and get_took < 0.5 * limit, (put_took, get_took)
+        assert put_took < limit and get_took < limit, (put_took, get_took)
         deadline = time.monotonic() + 2
         while True:
             try:

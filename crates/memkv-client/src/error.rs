@@ -149,11 +149,12 @@ impl Error {
                 Status::Unauthorized => Error::Unauthorized { server, message },
                 Status::UnsupportedVersion => Error::UnsupportedVersion { server, message },
                 // A server at `limits.max_connections` turns the connection away: it cannot be
-                // reached now, like one that refuses the TCP connect, and is backed off alike.
+                // reached now, like one that refuses the TCP connect, and is backed off alike
+                // (the kind says the server itself answered: `pool/probe.rs`).
                 Status::Busy => Error::Unreachable {
                     server,
                     source: Arc::new(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionRefused,
+                        std::io::ErrorKind::ResourceBusy,
                         message,
                     )),
                 },

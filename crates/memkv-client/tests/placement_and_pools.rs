@@ -69,6 +69,37 @@ async fn a_client_turned_away_at_the_connection_limit_finds_the_server_unreachab
     server.shutdown().await.unwrap();
 }
 
+/// A caller's own short deadline ends a request on a healthy server in a timeout too. That
+/// starts a background check of the server, which must leave the server in use: here the
+/// check's new connection is turned away (the server is at `limits.max_connections`), which
+/// is an answer. A timeout used to fail every call to the server at once until the check got a
+/// connection of its own, and at the connection limit it never did.
+#[tokio::test]
+async fn a_callers_short_deadline_leaves_a_healthy_server_in_use() {
+    let server = start("limits:\n  max_connections: 1\n").await;
+    let mut config = client_config(&[&server]);
+    config.transport = Transport::Tcp;
+    config.num_connections = 1;
+    let c = Client::connect(config).await.unwrap();
+    let big = common::pattern(8 << 20, 1);
+    c.put(b"big", &big).await.unwrap();
+    c.put(b"k", b"v").await.unwrap();
+    let hurried = c.with_timeout(Duration::from_millis(1));
+    assert!(matches!(
+        hurried.get(b"big").await,
+        Err(memkv_client::Error::Timeout { .. })
+    ));
+    for i in 0..40 {
+        let got = c.get(b"k").await;
+        assert!(
+            matches!(&got, Ok(Some(v)) if v == b"v"),
+            "call {i} after a caller's short deadline: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.shutdown().await.unwrap();
+}
+
 /// Placement does not depend on the order the servers are listed in, nor on
 /// spaces around entries of `MEMKV_SERVERS` (the Python package's `servers` list goes through
 /// that parser): a batch written by one client is read whole by another that lists the same

@@ -108,8 +108,8 @@ async fn fleet(transport: Transport, deadline: Duration) -> (Vec<Server>, Freeze
 
 /// A batch across four servers, one of them hung after the client had used it: every other
 /// server's items come back (in the caller's order, with their values) and the hung server's
-/// fail, within one deadline, for every batch operation (after the first, at once: the
-/// server left a request unanswered); once the server answers again, a batch uses it within
+/// fail, within one deadline, for every batch operation; once a fresh connection's ping has
+/// gone unanswered too, at once; once the server answers again, a batch uses it within
 /// moments.
 #[tokio::test]
 async fn a_hung_server_fails_only_its_items_within_one_deadline() {
@@ -153,7 +153,10 @@ async fn a_hung_server_fails_only_its_items_within_one_deadline() {
             Ok(got) => assert_eq!(got.as_ref(), Some(v), "{k:?}"),
             Err(e) => {
                 assert!(hung(k), "{k:?}: {e}");
-                assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
+                assert!(
+                    matches!(e, Error::Timeout { .. } | Error::Unreachable { .. }),
+                    "{e:?}"
+                );
                 assert_eq!(e.server(), Some(freezer.addr.as_str()));
             }
         }
@@ -173,6 +176,27 @@ async fn a_hung_server_fails_only_its_items_within_one_deadline() {
             Ok(len) => assert_eq!(&d.as_ref().unwrap()[..len.unwrap()], &v[..], "{k:?}"),
             Err(e) => assert!(hung(k), "{k:?}: {e}"),
         }
+    }
+
+    // The silence confirmed (a fresh connection's ping unanswered for a second): the hung
+    // server's items fail at once.
+    let t = Instant::now();
+    loop {
+        let started = Instant::now();
+        let r = c.get_batch(&ks).await;
+        let fast = started.elapsed() < Duration::from_millis(100);
+        let unreachable = ks
+            .iter()
+            .zip(&r)
+            .all(|(k, r)| !hung(k) || matches!(r, Err(Error::Unreachable { .. })));
+        if fast && unreachable {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the hung server's items still wait their deadline: {:?}",
+            started.elapsed()
+        );
     }
 
     freezer.freeze(false);

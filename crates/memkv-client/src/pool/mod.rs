@@ -204,9 +204,6 @@ impl ServerPool {
             return Ok(lease(Arc::clone(conn)));
         }
         slot.conn = None;
-        if let Some(conn) = self.probe.take_found() {
-            return Ok(lease(self.connected(&mut slot, load, conn)));
-        }
         let now = Instant::now();
         if let Some(err) = slot.backoff.waiting(now) {
             let err = err.clone();
@@ -262,18 +259,18 @@ impl ServerPool {
     }
 
     /// A request on an open connection went unanswered for `after` (the caller's deadline):
-    /// calls fail at once until the server answers a probe (`probe.rs`).
+    /// the server is checked, and calls fail at once while it stays silent (`probe.rs`).
     pub fn request_unanswered(&self, after: Duration) {
         let err = Error::Unreachable {
             server: self.server.clone(),
             source: Arc::new(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 format!(
-                    "a request went unanswered for {after:?}; calls fail at once until the server answers again"
+                    "a request went unanswered for {after:?}, and a fresh connection's ping too; calls fail at once until the server answers again"
                 ),
             )),
         };
-        self.probe.start(self.target(), err);
+        self.probe.request_unanswered(self.target(), err);
     }
 
     fn target(&self) -> Target {
@@ -327,7 +324,7 @@ impl Drop for AbandonedDial<'_> {
             )),
         };
         self.pool.connect_failed(slot, self.load, err.clone());
-        self.pool.probe.start(self.pool.target(), err);
+        self.pool.probe.dial_unanswered(self.pool.target(), err);
     }
 }
 

@@ -1,40 +1,39 @@
-//! A server that leaves a dial unanswered past a caller's deadline (a host that died without a
-//! reset, a frozen process, a partition) is probed in the background, one dial at a time,
-//! while callers fail at once. Without this, every caller after the back-off dialled again and
-//! waited out its whole deadline, so an engine's calls to a dead host stalled one deadline each
-//! for as long as the host stayed down.
+//! A server that leaves a dial or a request unanswered past a caller's deadline (a host that
+//! died without a reset, a stopped or stuck process, a partition) is checked in the
+//! background, one connection at a time, while callers fail at once. Without this, every
+//! call waited out its whole deadline for as long as the server stayed silent: on the
+//! connections it kept open (a stopped process's kernel keeps them), or on a fresh dial after
+//! the back-off. An engine calling memkv in its step lost that much on every step.
 //!
-//! A request left unanswered past its deadline on an open connection (a hung or stopped
-//! process, whose kernel keeps the connections open) does the same: each call used to wait
-//! out its whole deadline on them for as long as the server stayed hung. Either way the open
-//! connections are passed over too until the probe's ping is answered (a dial that goes
-//! unanswered while a connection is open means the same hung server, reached by another
-//! slot). A server that is only slow answers the ping at once, so a false alarm costs
-//! milliseconds of fast failures.
+//! A request's silence is confirmed first: a caller's own short deadline, or a large transfer
+//! on a busy link, also ends in a timeout, and a server that answers a fresh connection's ping
+//! within [`CONFIRM_LIMIT`] is left in use. Any answer from the server ends the check: a ping,
+//! and also a refusal (a server at `limits.max_connections` still serves the connections it
+//! has). While the server is down the open connections are passed over too: a dial that goes
+//! unanswered while a connection is open means the same silent server, reached by another
+//! slot.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use memkv_proto::AuthKey;
-
-use memkv_proto::{Opcode, Status};
+use memkv_proto::{AuthKey, Opcode};
 
 use crate::Error;
 use crate::conn::{CLIENT_LIMITS, Connection, Dial, Sink};
 use crate::pool::BACKOFF_MAX;
 
-/// How long one background dial may take before it counts as unanswered. A dial is a TCP
-/// connect and a four-frame handshake: milliseconds to a live server.
+/// How long one background check (connect, handshake, ping) may take before the server counts
+/// as silent. Milliseconds to a live server.
 pub(crate) const PROBE_DIAL_LIMIT: Duration = Duration::from_secs(5);
+/// How long the check that confirms a request's silence may take.
+pub(crate) const CONFIRM_LIMIT: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct State {
     /// Set while the server is not answering: what callers are told.
     down: Option<Error>,
-    /// A probe task is running.
+    /// A check task is running.
     probing: bool,
-    /// The connection the probe opened, for the next caller to take into its slot.
-    found: Option<Connection>,
 }
 
 /// Shared by a server's pool and its probe task (which holds it weakly, so a dropped client
@@ -63,34 +62,56 @@ impl Probe {
         self.state().down.clone()
     }
 
-    /// A connection the probe opened, once.
-    pub fn take_found(&self) -> Option<Connection> {
-        self.state().found.take()
+    /// A caller's dial went unanswered past its deadline: callers fail at once from now on,
+    /// and the server is checked until it answers.
+    pub fn dial_unanswered(self: &Arc<Self>, target: Target, err: Error) {
+        self.start(target, err, false);
     }
 
-    /// A caller's deadline passed while its dial or request had no answer: callers fail at
-    /// once from now on, and a probe dials and pings until the server answers. Needs a Tokio runtime; without one
-    /// (a runtime shutting down) nothing is started and callers dial as before.
-    pub fn start(self: &Arc<Self>, target: Target, err: Error) {
+    /// A request went unanswered past its caller's deadline: the server is checked, and if a
+    /// fresh connection's ping is not answered within [`CONFIRM_LIMIT`] either, callers fail at
+    /// once until it is.
+    pub fn request_unanswered(self: &Arc<Self>, target: Target, err: Error) {
+        self.start(target, err, true);
+    }
+
+    /// Needs a Tokio runtime; without one nothing starts and callers go on as before.
+    fn start(self: &Arc<Self>, target: Target, err: Error, confirm: bool) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let mut state = self.state();
-        state.down = Some(err);
+        if !confirm {
+            state.down = Some(err.clone());
+        }
         if state.probing {
             return;
         }
         state.probing = true;
         drop(state);
-        tracing::warn!(
-            server = %target.server,
-            "no answer within the caller's deadline: failing calls at once and checking the server in the background"
-        );
-        runtime.spawn(run(Arc::downgrade(self), target));
+        runtime.spawn(run(
+            Checking(Arc::downgrade(self)),
+            target,
+            confirm.then_some(err),
+        ));
     }
 }
 
-async fn run(probe: Weak<Probe>, target: Target) {
+/// Held by the check task: when it ends, however it ends (a runtime shutting down drops it
+/// unfinished), the next silence can start another, and callers are not failed by a check
+/// that no longer runs.
+struct Checking(Weak<Probe>);
+
+impl Drop for Checking {
+    fn drop(&mut self) {
+        if let Some(probe) = self.0.upgrade() {
+            *probe.state() = State::default();
+        }
+    }
+}
+
+/// `unconfirmed`: a request's silence, not yet made the callers' error.
+async fn run(checking: Checking, target: Target, mut unconfirmed: Option<Error>) {
     let dial = Dial {
         server: &target.server,
         key: &target.key,
@@ -98,44 +119,70 @@ async fn run(probe: Weak<Probe>, target: Target) {
         limits: CLIENT_LIMITS,
     };
     loop {
-        let outcome = tokio::time::timeout(PROBE_DIAL_LIMIT, answering(&dial)).await;
-        {
-            let Some(probe) = probe.upgrade() else {
-                return;
-            };
-            let mut state = probe.state();
-            match outcome {
-                Ok(Ok(conn)) => {
+        let limit = match unconfirmed {
+            Some(_) => CONFIRM_LIMIT,
+            None => PROBE_DIAL_LIMIT,
+        };
+        let outcome = tokio::time::timeout(limit, answer(&dial)).await;
+        let Some(probe) = checking.0.upgrade() else {
+            return;
+        };
+        match outcome {
+            // `checking` clears the state as the task ends.
+            Ok(Ok(())) => {
+                if unconfirmed.is_none() {
                     tracing::info!(server = %target.server, "answering again");
-                    *state = State {
-                        found: Some(conn),
-                        ..State::default()
-                    };
-                    return;
                 }
-                // Until a dial succeeds, callers keep failing at once (a refusal too: the host
-                // is back but its server is not, and the probe's next dial finds it).
-                Ok(Err(err)) => state.down = Some(err),
-                // Unanswered: that dial already waited, and the next one, waiting at once, is
-                // answered the moment a stopped server resumes.
-                Err(_) => continue,
+                return;
+            }
+            Ok(Err(err)) => {
+                // Nobody there (refused, no route): the host is back but not its server, or
+                // neither; the next check finds it.
+                probe.state().down = Some(err);
+                unconfirmed = None;
+            }
+            Err(_) => {
+                if let Some(err) = unconfirmed.take() {
+                    tracing::warn!(
+                        server = %target.server,
+                        "a request and a fresh ping went unanswered: failing calls at once and checking the server in the background"
+                    );
+                    probe.state().down = Some(err);
+                }
+                // That check already waited; the next one, waiting at once, is answered the
+                // moment a stopped server resumes.
+                continue;
             }
         }
+        drop(probe);
         tokio::time::sleep(BACKOFF_MAX).await;
     }
 }
 
-/// A new connection to the server, once it has answered a ping on it: a hung server's kernel
-/// may still complete a connect, and its process a handshake.
-async fn answering(dial: &Dial<'_>) -> crate::Result<Connection> {
-    let conn = Connection::open(dial).await?;
-    let probe = b"memkv probe";
-    match conn
-        .call(Opcode::Ping, &[], &[probe], None, Sink::default())
+/// Whether the server answers: a new connection's handshake and a ping on it, or any refusal
+/// the server itself sends (it is there, and serves the connections it has). `Err`: the
+/// connect failed, nobody answered.
+async fn answer(dial: &Dial<'_>) -> crate::Result<()> {
+    let conn = match Connection::open(dial).await {
+        Ok(conn) => conn,
+        Err(e) if answered_by_the_server(&e) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    // Any answer will do, an error status too.
+    conn.call(Opcode::Ping, &[], &[b"memkv probe"], None, Sink::default())
         .await
-    {
-        Ok(r) if r.status == Status::Ok => Ok(conn),
-        Ok(r) => Err(Error::from_status(dial.server, r.status, &r.payload)),
-        Err(e) => Err(e.into_error()),
+        .map(drop)
+        .map_err(|e| e.into_error())
+}
+
+/// A handshake the server refused, or answered in a way this client cannot use: the server
+/// process answered.
+fn answered_by_the_server(e: &Error) -> bool {
+    match e {
+        Error::Unauthorized { .. } | Error::UnsupportedVersion { .. } | Error::Server { .. } => {
+            true
+        }
+        Error::Unreachable { source, .. } => source.kind() == std::io::ErrorKind::ResourceBusy,
+        _ => false,
     }
 }
