@@ -136,6 +136,25 @@ impl LocalPath {
     }
 }
 
+/// A background attach under `auto`. Dropped with its slot still `Attaching` (the task dropped
+/// unfinished, as a runtime shuts down), it makes the slot untried again: otherwise the server
+/// would never be attached by this client.
+struct AttachTask {
+    client: Client,
+    index: usize,
+}
+
+impl Drop for AttachTask {
+    fn drop(&mut self) {
+        if let Some(local) = &self.client.inner.local {
+            let mut slot = local.lock(self.index);
+            if matches!(*slot, Slot::Attaching) {
+                *slot = Slot::Untried;
+            }
+        }
+    }
+}
+
 fn unavailable(server: &str, reason: &str) -> Error {
     Error::SharedMemory {
         server: server.to_owned(),
@@ -165,10 +184,14 @@ impl Client {
         }
         if !local.strict {
             if local.begin_attach(index) {
-                let client = self.clone();
+                let task = AttachTask {
+                    client: self.clone(),
+                    index,
+                };
                 tokio::spawn(async move {
                     // Its outcome is in the slot for the next operation; a failure is logged.
-                    let _ = client.attach_once(index).await;
+                    let _ = task.client.attach_once(index).await;
+                    drop(task);
                 });
             }
             return Ok(None);
