@@ -211,6 +211,7 @@ impl Client {
                     let chunks = rest.tcp_chunks(&planned);
                     let outcomes = join_all(chunks.iter().map(|c| rest.put_chunk(c, items))).await;
                     scatter(&chunks, outcomes, &mut out);
+                    self.name_the_whole_deadline(&planned, &mut out);
                 }
                 None => {
                     for p in &planned {
@@ -418,6 +419,7 @@ impl Client {
                     let chunks = rest.chunks(&planned);
                     let outcomes = join_all(chunks.iter().map(|c| rest.get_chunk(c, keys))).await;
                     scatter(&chunks, outcomes, &mut out);
+                    self.name_the_whole_deadline(&planned, &mut out);
                 }
                 None => {
                     for p in &planned {

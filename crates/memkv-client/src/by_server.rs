@@ -63,6 +63,17 @@ impl Client {
         }
     }
 
+    /// [`Self::whole_deadline`] for the results of `planned`'s items in `out`.
+    pub(crate) fn name_the_whole_deadline<T>(
+        &self,
+        planned: &[crate::plan::Planned],
+        out: &mut [Option<Result<T>>],
+    ) {
+        for p in planned {
+            out[p.index] = out[p.index].take().map(|r| self.whole_deadline(r));
+        }
+    }
+
     /// A second step's result, its timeout named after the operation's whole deadline.
     pub(crate) fn whole_deadline<T>(&self, result: Result<T>) -> Result<T> {
         result.map_err(|e| match e {
