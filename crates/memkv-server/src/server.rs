@@ -82,15 +82,20 @@ impl Server {
         }
         let address = config.network.address;
         let bind_error = |source| StartError::Bind { address, source };
-        // Bound now, so a port in use fails the start at once; listening only once the store is
-        // open (a file-mode replay can take minutes): until then a client is refused at once
-        // and backs off, instead of waiting out its deadline on a connection nobody accepts.
-        let reserved = reserve_port(address).map_err(bind_error)?;
-        let data_addr = reserved.local_addr().map_err(bind_error)?;
+        // Listening now, so a port in use fails the start at once (a socket only bound would
+        // share the port with another starting server). Until the store is open (a file-mode
+        // replay can take minutes), each connection is refused as it arrives, so a client backs
+        // off instead of waiting out its deadline on a handshake nobody answers.
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(bind_error)?;
+        let data_addr = listener.local_addr().map_err(bind_error)?;
         if let Some(name) = &config.network.tcp_congestion {
-            crate::congestion::apply(&reserved, name)?;
+            crate::congestion::apply(&listener, name)?;
             tracing::info!(algorithm = %name, "TCP congestion control of data connections (network.tcp_congestion)");
         }
+        let (started, starting) = tokio::sync::oneshot::channel();
+        let refusing = tokio::spawn(refuse_while_starting(listener, starting));
         let admin_listener = crate::admin::bind_admin(admin_address(&config, data_addr)).await?;
         let admin_addr = admin_listener
             .local_addr()
@@ -130,7 +135,8 @@ impl Server {
         let tls = config.network.tls.clone();
         let local = crate::local::start(store.arena_handle()).map_err(StartError::LocalSocket)?;
         let (local, local_listener) = local.unzip();
-        let listener = reserved.listen(LISTEN_BACKLOG).map_err(bind_error)?;
+        let _ = started.send(());
+        let listener = refusing.await.expect("refusing connections does not panic");
         let shared = Shared::new(config, store, key, data_addr, rdma, local.clone(), instance);
         // The data listener is bound (connections queue from now on): health must say so from
         // the admin API's first answer, not once the data task first runs.
@@ -227,21 +233,36 @@ impl Server {
     }
 }
 
-/// Connections the kernel queues for the data listener while the accept loop is busy.
-const LISTEN_BACKLOG: u32 = 1024;
-
-/// A socket bound to `address` and not listening yet: the port is this server's, and a connect
-/// to it is refused.
-fn reserve_port(address: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
-    let socket = match address {
-        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
-        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
-    };
-    // As `TcpListener::bind` does: a restart binds the port despite its old connections in
-    // TIME_WAIT.
-    socket.set_reuseaddr(true)?;
-    socket.bind(address)?;
-    Ok(socket)
+/// Answers each connection with a Busy refusal ("starting") until `started` fires (or the start
+/// fails), then hands the listener back.
+async fn refuse_while_starting(
+    listener: tokio::net::TcpListener,
+    mut started: tokio::sync::oneshot::Receiver<()>,
+) -> tokio::net::TcpListener {
+    let refusal = memkv_proto::frame::encode_refusal(
+        &memkv_proto::Header::request(memkv_proto::Opcode::Hello, 0),
+        &memkv_proto::ProtoError::Refused {
+            status: memkv_proto::Status::Busy,
+            message: "the server is starting (opening its store); try again shortly".into(),
+        },
+    );
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut started => return listener,
+            accepted = listener.accept() => match accepted {
+                Ok((mut stream, _)) => {
+                    let refusal = refusal.clone();
+                    tokio::spawn(async move {
+                        use tokio::io::AsyncWriteExt;
+                        let _ = stream.write_all(&refusal).await;
+                    });
+                }
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            },
+        }
+    }
 }
 
 /// The admin address: the data IP at port + 1, or an ephemeral port when the data port was.

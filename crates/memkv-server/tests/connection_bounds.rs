@@ -11,7 +11,7 @@ use std::time::Duration;
 mod support;
 
 use memkv_proto::local::LocalAttachResponse;
-use memkv_proto::{AuthKey, Opcode, Status, batch};
+use memkv_proto::{AuthKey, Opcode, ProtoError, Status, batch};
 use memkv_server::Server;
 use memkv_server::config::ServerConfig;
 use support::raw::connect;
@@ -437,10 +437,9 @@ async fn unread_memory_mode_gets_pin_no_more_than_the_connections_inflight_budge
 }
 
 /// A server still starting (prefaulting its arena here; replaying a file-mode journal, which
-/// can take minutes) refuses connections instead of leaving them unanswered: the port was
-/// listening from the first step of the start, so a client's connect succeeded and its
-/// handshake waited out the client's deadline. The port is still bound that early, so a port
-/// in use fails the start at once.
+/// can take minutes) refuses each connection at once ("starting") instead of leaving its
+/// handshake unanswered, which cost a client its whole deadline. Its port is taken from the
+/// first step, so a second server on it fails at once, even while the first is starting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_still_starting_refuses_connections_instead_of_leaving_them_unanswered() {
     let _serial = SERIAL.lock().await;
@@ -450,32 +449,11 @@ async fn a_server_still_starting_refuses_connections_instead_of_leaving_them_una
     );
     let config = ServerConfig::from_yaml_str(&yaml, "test").unwrap();
     let starting = tokio::spawn(Server::start(config));
-    // Until the server binds the port, a connect is refused either way.
-    let bound = |address| {
-        let probe = tokio::net::TcpSocket::new_v4().unwrap();
-        probe.bind(address).is_err()
-    };
-    while !bound(address) && !starting.is_finished() {
+    // Until the server takes the port, a connect is refused by the kernel.
+    while tokio::net::TcpStream::connect(address).await.is_err() && !starting.is_finished() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    // Each connect's outcome, in order: refused (false) or accepted (true).
-    let mut outcomes = Vec::new();
-    while !starting.is_finished() {
-        match tokio::net::TcpStream::connect(address).await {
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => outcomes.push(false),
-            Err(e) => panic!("connect to a starting server: {e}"),
-            Ok(_) => outcomes.push(true),
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let server = starting.await.unwrap().unwrap();
-    // Refused while starting; a connect may land between the listen and the start's return.
-    let first_accepted = outcomes.iter().position(|&a| a).unwrap_or(outcomes.len());
-    assert!(
-        first_accepted > 0 && outcomes[first_accepted..].iter().all(|&a| a),
-        "connects during the start, in order (true: accepted): {outcomes:?}"
-    );
-    let taken = Server::start(
+    let second = Server::start(
         ServerConfig::from_yaml_str(
             &format!("network:\n  address: {address}\n  auth_key: {KEY_HEX}\nmemory:\n  max_size: 16 MiB\n"),
             "test",
@@ -484,9 +462,35 @@ async fn a_server_still_starting_refuses_connections_instead_of_leaving_them_una
     )
     .await;
     assert!(
-        matches!(&taken, Err(e) if e.to_string().contains(&address.to_string())),
-        "a second server on the same port: {:?}",
-        taken.as_ref().err()
+        matches!(&second, Err(e) if e.to_string().contains(&address.to_string())),
+        "a second server on the port of one still starting: {:?}",
+        second.as_ref().err()
     );
+    // Each handshake's outcome, in order: refused as starting (false) or done (true); none
+    // waits.
+    let mut outcomes = Vec::new();
+    while !starting.is_finished() {
+        let attempt = tokio::time::timeout(Duration::from_secs(2), connect(address, key())).await;
+        match attempt {
+            Err(_) => panic!("a handshake with a starting server went unanswered for 2 s"),
+            Ok(Ok(_)) => outcomes.push(true),
+            Ok(Err(ProtoError::Refused {
+                status: Status::Busy,
+                message,
+            })) => {
+                assert!(message.contains("starting"), "{message}");
+                outcomes.push(false);
+            }
+            Ok(Err(e)) => panic!("handshake with a starting server: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let server = starting.await.unwrap().unwrap();
+    let first_done = outcomes.iter().position(|&a| a).unwrap_or(outcomes.len());
+    assert!(
+        first_done > 0 && outcomes[first_done..].iter().all(|&a| a),
+        "handshakes during the start, in order (true: done): {outcomes:?}"
+    );
+    assert!(connect(address, key()).await.is_ok());
     server.shutdown().await.unwrap();
 }
