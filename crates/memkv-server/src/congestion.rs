@@ -11,6 +11,7 @@ use std::io;
 use std::net::SocketAddr;
 
 use socket2::SockRef;
+use tokio::net::TcpListener;
 
 /// What a loopback connection leaves BBR for: built into every kernel the server runs on, and
 /// one an unprivileged process may choose.
@@ -28,8 +29,8 @@ pub struct CongestionError {
     reason: String,
 }
 
-/// Sets `name` on `listener` (listening or about to); accepted connections inherit it.
-pub(crate) fn apply(listener: &impl std::os::fd::AsFd, name: &str) -> Result<(), CongestionError> {
+/// Sets `name` on `listener`; accepted connections inherit it.
+pub(crate) fn apply(listener: &TcpListener, name: &str) -> Result<(), CongestionError> {
     SockRef::from(listener)
         .set_tcp_congestion(name.as_bytes())
         .map_err(|e| CongestionError {
@@ -91,7 +92,6 @@ fn explain(e: &io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::net::TcpListener;
 
     /// Reno is built into every Linux kernel and allowed to unprivileged processes.
     #[tokio::test]

@@ -138,8 +138,8 @@ impl Server {
         let _ = started.send(());
         let listener = refusing.await.expect("refusing connections does not panic");
         let shared = Shared::new(config, store, key, data_addr, rdma, local.clone(), instance);
-        // The data listener is bound (connections queue from now on): health must say so from
-        // the admin API's first answer, not once the data task first runs.
+        // The data listener serves from now on: health must say so from the admin API's first
+        // answer, not once the data task first runs.
         shared
             .listener_up
             .store(true, std::sync::atomic::Ordering::Release);
@@ -239,25 +239,15 @@ async fn refuse_while_starting(
     listener: tokio::net::TcpListener,
     mut started: tokio::sync::oneshot::Receiver<()>,
 ) -> tokio::net::TcpListener {
-    let refusal = memkv_proto::frame::encode_refusal(
-        &memkv_proto::Header::request(memkv_proto::Opcode::Hello, 0),
-        &memkv_proto::ProtoError::Refused {
-            status: memkv_proto::Status::Busy,
-            message: "the server is starting (opening its store); try again shortly".into(),
-        },
-    );
     loop {
         tokio::select! {
             biased;
             _ = &mut started => return listener,
             accepted = listener.accept() => match accepted {
-                Ok((mut stream, _)) => {
-                    let refusal = refusal.clone();
-                    tokio::spawn(async move {
-                        use tokio::io::AsyncWriteExt;
-                        let _ = stream.write_all(&refusal).await;
-                    });
-                }
+                Ok((stream, _)) => crate::data::refuse_busy(
+                    stream,
+                    "the server is starting (opening its store); try again shortly".into(),
+                ),
                 // Out of file descriptors and the like: back off instead of spinning.
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             },

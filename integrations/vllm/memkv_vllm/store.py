@@ -1,8 +1,8 @@
 """One memkv client per connector, kept for the connector's life.
 
 A load or lookup that fails makes vLLM recompute. A server that is down or hung fails only its
-own keys, and the memkv client fails them at once after the first deadline (it checks the
-server in the background), so the client is kept through such failures: closing it used to
+own keys, and the memkv client fails them at once once it has found the server silent (it
+checks the server in the background), so the client is kept through such failures: closing it used to
 fail every server's keys for ``retry_after_s`` and then pay a fresh deadline. Only a failure
 of the whole client (no client could be opened, a refused key, required RDMA unusable) makes
 the store answer "unavailable" at once for ``retry_after_s``, then try a fresh client.

@@ -88,7 +88,8 @@ pub(crate) struct ServerPool {
     epoch: Instant,
     /// Where the search for the least loaded slot starts, so ties rotate.
     next: AtomicUsize,
-    /// Set once a dial went unanswered past a caller's deadline (`probe.rs`).
+    /// Checks the server once a dial or a request went unanswered past a caller's deadline,
+    /// and says whether calls fail at once meanwhile (`probe.rs`).
     probe: Arc<Probe>,
 }
 
@@ -186,6 +187,11 @@ impl ServerPool {
     /// connect (or is backing off after a failure), another slot's open connection, if there
     /// is one, else the slot's error at once.
     pub async fn connection(&self) -> Result<Lease<'_>> {
+        // Open connections included: a server that leaves a dial or a request unanswered is
+        // hung, whichever connection reaches it.
+        if let Some(err) = self.probe.down() {
+            return Err(err);
+        }
         let index = self.pick();
         let load = &self.loads[index];
         // Counted from here, so concurrent callers see the slot as taken while it connects.
@@ -194,11 +200,6 @@ impl ServerPool {
             conn,
             _in_flight: in_flight,
         };
-        // Open connections included: a server that leaves a dial or a request unanswered is
-        // hung, whichever connection reaches it.
-        if let Some(err) = self.probe.down() {
-            return Err(err);
-        }
         let mut slot = self.slots[index].lock().await;
         if let Some(conn) = slot.conn.as_ref().filter(|c| c.is_open()) {
             return Ok(lease(Arc::clone(conn)));

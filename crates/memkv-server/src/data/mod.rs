@@ -24,6 +24,21 @@ use crate::state::Shared;
 /// How long connections get to finish in-flight work once the server drains.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Answers a connection just accepted with a Busy refusal naming `why`, and closes it: the
+/// client backs off instead of waiting for a handshake that will not come.
+pub(crate) fn refuse_busy(mut stream: tokio::net::TcpStream, why: String) {
+    let refusal = memkv_proto::frame::encode_refusal(
+        &Header::request(Opcode::Hello, 0),
+        &ProtoError::Refused {
+            status: Status::Busy,
+            message: why,
+        },
+    );
+    tokio::spawn(async move {
+        let _ = stream.write_all(&refusal).await;
+    });
+}
+
 /// At `limits.max_connections`: closes the oldest connection still in its handshake, if it is
 /// old enough, so that `peer` takes its place; `false` when none is.
 fn preempt_a_stalled_handshake(shared: &Shared, peer: SocketAddr, now: Instant) -> bool {
@@ -46,7 +61,7 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::
             _ = crate::server::stopped(&mut stop_signal) => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
-                Ok((mut stream, peer)) => {
+                Ok((stream, peer)) => {
                     let limit = u64::from(shared.config.limits.max_connections);
                     let now = Instant::now();
                     if shared.connections.snapshot().current >= limit
@@ -54,11 +69,7 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener, shutdown: watch::
                     {
                         tracing::warn!(%peer, limit, "refusing connection: limits.max_connections reached");
                         crate::metrics::connection_refused();
-                        let refusal = memkv_proto::frame::encode_refusal(
-                            &Header::request(Opcode::Hello, 0),
-                            &ProtoError::Refused { status: Status::Busy, message: format!("server is at limits.max_connections ({limit})") },
-                        );
-                        tokio::spawn(async move { let _ = stream.write_all(&refusal).await; });
+                        refuse_busy(stream, format!("server is at limits.max_connections ({limit})"));
                         continue;
                     }
                     if shared.config.network.tcp_congestion.is_none()
