@@ -299,6 +299,53 @@ def test_concurrent_puts_and_gets_from_many_threads(manager):
     assert errors == []
 
 
+def test_lookups_and_gets_are_answered_while_every_put_thread_is_busy(manager, monkeypatch):
+    put_and_wait(manager, [50])
+    backend = backend_of(manager)
+    # A slow save, held until released: more batches than io_threads (4), so whatever
+    # the split, every put thread is busy and more puts are queued behind them.
+    release = threading.Event()
+    started = threading.Event()
+    put_many = backend._put_many
+
+    def held_put_many(*args, **kwargs):
+        started.set()
+        release.wait(60)
+        return put_many(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "_put_many", held_put_many)
+    held_ids = list(range(60, 68))
+    futures = []
+    try:
+        for i in held_ids:
+            obj = chunk(manager, f"c{i}")
+            futures += backend.batched_submit_put_task([key(i)], [obj]) or []
+            obj.ref_count_down()  # the backend holds its own reference until the put ends
+        assert len(futures) == len(held_ids)
+        assert started.wait(DEADLINE_S)
+        limit = 5.0
+        t0 = time.monotonic()
+        hits = asyncio.run_coroutine_threadsafe(
+            backend.batched_async_contains("req-4", [key(50), key(60)]), manager.loop
+        ).result(limit)
+        assert hits == 1  # key 60's put is still held
+        objs = asyncio.run_coroutine_threadsafe(
+            backend.batched_get_non_blocking("req-4", [key(50)]), manager.loop
+        ).result(limit)
+        assert len(objs) == 1
+        assert_chunk(objs[0], "c50")
+        assert_chunk(backend.get_non_blocking(key(50)).result(limit), "c50")
+        assert time.monotonic() - t0 < limit
+        assert not any(f.done() for f in futures)
+    finally:
+        release.set()
+    for f in futures:
+        f.result(DEADLINE_S)
+    assert not any(backend.exists_in_put_tasks(key(i)) for i in held_ids)
+    assert backend.batched_contains([key(i) for i in held_ids]) == len(held_ids)
+    assert backend.stats["put_failures"] == 0, dict(backend.stats)
+
+
 def test_scheduler_role_has_no_cpu_memory_but_answers_lookups(manager, server, tmp_path):
     # vLLM's scheduler process builds the backends with role "scheduler": no
     # LocalCPUBackend, so lookups work and gets are misses rather than errors.

@@ -13,6 +13,12 @@ Values are stored as the chunk's raw KV bytes under ``CacheEngineKey.to_string()
 with no header: gets allocate a full-chunk MemoryObj from LMCache's local CPU backend,
 read into it in place and shrink it to the bytes that came back (the last chunk of a
 prompt is shorter), the way LMCache's own Mooncake connector does without chunk meta.
+
+Threads: ``io_threads`` (default 4) is the backend's whole pool, split into two lanes.
+Lookups (``batched_async_contains``) and non-blocking gets get the larger half, puts the
+rest, and at least one each (so ``io_threads: 1`` runs two threads). A burst of saves of
+a long prompt thus only fills the put lane: the next request's lookup, on the scheduler's
+path to its first token, and its load never wait behind them; saves may lag.
 """
 
 from __future__ import annotations
@@ -50,10 +56,11 @@ class MemKVStorageBackend(StoragePluginInterface):
     """An LMCache storage tier on a fleet of memkv servers.
 
     Blocking calls (contains, get_blocking, remove) run on the caller's thread: the
-    memkv client releases the GIL and is safe to share. Puts and non-blocking gets run
-    on a small thread pool and hand back futures. Failures of memkv (server down,
-    timeout) are logged and counted in ``stats`` and turn into misses or failed put
-    futures, never into exceptions in LMCache's threads.
+    memkv client releases the GIL and is safe to share. Puts run on threads of their
+    own, async lookups and non-blocking gets on others (see the module docstring), and
+    hand back futures. Failures of memkv (server down, timeout) are logged and counted
+    in ``stats`` and turn into misses or failed put futures, never into exceptions in
+    LMCache's threads.
     """
 
     def __init__(
@@ -112,7 +119,14 @@ class MemKVStorageBackend(StoragePluginInterface):
         self._chunk_tokens = int(metadata.chunk_size)
 
         self._client = memkv.Client(**kwargs)
-        self._executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="memkv-lmcache")
+        read_threads = (io_threads + 1) // 2
+        put_threads = max(1, io_threads - read_threads)
+        self._read_executor = ThreadPoolExecutor(
+            max_workers=read_threads, thread_name_prefix="memkv-lmcache-read"
+        )
+        self._put_executor = ThreadPoolExecutor(
+            max_workers=put_threads, thread_name_prefix="memkv-lmcache-put"
+        )
         self._lock = threading.Lock()
         self._put_tasks: set[CacheEngineKey] = set()
         # memkv has no pin: LMCache's pins are kept here so pin/unpin answer
@@ -124,10 +138,12 @@ class MemKVStorageBackend(StoragePluginInterface):
         if register and local_cpu_backend is not None:
             self._register_cpu_arena()
         logger.info(
-            "memkv storage plugin ready (%s), transport %s, %d I/O threads, chunk %d bytes",
+            "memkv storage plugin ready (%s), transport %s, I/O threads: %d for lookups and gets, "
+            "%d for puts, chunk %d bytes",
             prefix.rstrip("."),
             self._client.transport,
-            io_threads,
+            read_threads,
+            put_threads,
             self._full_chunk_bytes,
         )
 
@@ -298,7 +314,7 @@ class MemKVStorageBackend(StoragePluginInterface):
     async def batched_async_contains(
         self, lookup_id: str, keys: List[CacheEngineKey], pin: bool = False
     ) -> int:
-        return await asyncio.wrap_future(self._executor.submit(self.batched_contains, keys, pin))
+        return await asyncio.wrap_future(self._read_executor.submit(self.batched_contains, keys, pin))
 
     def exists_in_put_tasks(self, key: CacheEngineKey) -> bool:
         with self._lock:
@@ -334,7 +350,7 @@ class MemKVStorageBackend(StoragePluginInterface):
         for o in todo_objs:
             o.ref_count_up()
         try:
-            return [self._executor.submit(self._put_many, todo_keys, todo_objs, on_complete_callback)]
+            return [self._put_executor.submit(self._put_many, todo_keys, todo_objs, on_complete_callback)]
         except RuntimeError as e:  # executor shut down by a concurrent close()
             for o in todo_objs:
                 o.ref_count_down()
@@ -355,14 +371,14 @@ class MemKVStorageBackend(StoragePluginInterface):
         """A future resolving to the MemoryObj, or to None on a miss."""
         if self._closed or self.local_cpu_backend is None:
             return None
-        return self._executor.submit(lambda: self._get_many([key])[0])
+        return self._read_executor.submit(lambda: self._get_many([key])[0])
 
     async def batched_get_non_blocking(
         self, lookup_id: str, keys: list[CacheEngineKey], transfer_spec: Any = None
     ) -> list[MemoryObj]:
         """The loaded prefix of ``keys`` (StorageManager's prefetch counts chunks up to
         the first gap, so objects past a miss are released here)."""
-        objs = await asyncio.wrap_future(self._executor.submit(self._get_many, keys))
+        objs = await asyncio.wrap_future(self._read_executor.submit(self._get_many, keys))
         prefix: list[MemoryObj] = []
         for obj in objs:
             if obj is None:
@@ -442,7 +458,12 @@ class MemKVStorageBackend(StoragePluginInterface):
         if self._closed:
             return
         self._closed = True
-        # Let in-flight puts finish (each is bounded by the client's timeout), so the
+        # Refuse new work on both lanes before waiting on either. Then let the puts and
+        # gets already submitted finish (each is bounded by the client's timeout), so the
         # MemoryObjs they hold are released before LMCache frees its arena.
-        self._executor.shutdown(wait=True)
+        executors = (self._put_executor, self._read_executor)
+        for executor in executors:
+            executor.shutdown(wait=False)
+        for executor in executors:
+            executor.shutdown(wait=True)
         self._client.close()
