@@ -346,6 +346,33 @@ def test_lookups_and_gets_are_answered_while_every_put_thread_is_busy(manager, m
     assert backend.stats["put_failures"] == 0, dict(backend.stats)
 
 
+def test_calls_racing_close_are_misses_not_exceptions(manager):
+    put_and_wait(manager, [52])
+    backend = backend_of(manager)
+
+    def calls():
+        hits = asyncio.run_coroutine_threadsafe(
+            backend.batched_async_contains("req-5", [key(52)]), manager.loop
+        ).result(DEADLINE_S)
+        objs = asyncio.run_coroutine_threadsafe(
+            backend.batched_get_non_blocking("req-5", [key(52)]), manager.loop
+        ).result(DEADLINE_S)
+        obj = chunk(manager, "c53")
+        put = backend.batched_submit_put_task([key(53)], [obj])
+        assert obj.meta.ref_count == 1  # not held by a put that will never run
+        obj.ref_count_down()
+        return hits, objs, backend.get_non_blocking(key(52)), put
+
+    # A close() that has shut the lanes down after a call checked it was still open: a
+    # lookup must still answer LMCache (which then answers its scheduler), not raise.
+    for executor in (backend._put_executor, backend._read_executor):
+        executor.shutdown(wait=True)
+    assert calls() == (0, [], None, None)
+    assert not backend.exists_in_put_tasks(key(53))
+    backend.close()
+    assert calls() == (0, [], None, None)
+
+
 def test_scheduler_role_has_no_cpu_memory_but_answers_lookups(manager, server, tmp_path):
     # vLLM's scheduler process builds the backends with role "scheduler": no
     # LocalCPUBackend, so lookups work and gets are misses rather than errors.

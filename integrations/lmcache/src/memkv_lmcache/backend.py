@@ -181,6 +181,16 @@ class MemKVStorageBackend(StoragePluginInterface):
         self._count(what, n)
         logger.warning("memkv %s failed: %s", what.replace("_failures", ""), err)
 
+    def _submit_read(self, fn: Callable[..., Any], *args: Any) -> Optional[Future]:
+        """Run a lookup or get on the read lane; None once close() has begun, so LMCache's
+        lookup gets a miss to answer its scheduler with rather than an exception."""
+        if self._closed:
+            return None
+        try:
+            return self._read_executor.submit(fn, *args)
+        except RuntimeError:  # executor shut down by a concurrent close()
+            return None
+
     def _shrink(self, obj: MemoryObj, nbytes: int) -> Optional[MemoryObj]:
         """Fit a full-chunk MemoryObj to the ``nbytes`` that memkv returned."""
         if nbytes == self._full_chunk_bytes:
@@ -314,7 +324,10 @@ class MemKVStorageBackend(StoragePluginInterface):
     async def batched_async_contains(
         self, lookup_id: str, keys: List[CacheEngineKey], pin: bool = False
     ) -> int:
-        return await asyncio.wrap_future(self._read_executor.submit(self.batched_contains, keys, pin))
+        future = self._submit_read(self.batched_contains, keys, pin)
+        if future is None:
+            return 0
+        return await asyncio.wrap_future(future)
 
     def exists_in_put_tasks(self, key: CacheEngineKey) -> bool:
         with self._lock:
@@ -369,16 +382,19 @@ class MemKVStorageBackend(StoragePluginInterface):
 
     def get_non_blocking(self, key: CacheEngineKey, location: Optional[str] = None) -> Optional[Future]:
         """A future resolving to the MemoryObj, or to None on a miss."""
-        if self._closed or self.local_cpu_backend is None:
+        if self.local_cpu_backend is None:
             return None
-        return self._read_executor.submit(lambda: self._get_many([key])[0])
+        return self._submit_read(lambda: self._get_many([key])[0])
 
     async def batched_get_non_blocking(
         self, lookup_id: str, keys: list[CacheEngineKey], transfer_spec: Any = None
     ) -> list[MemoryObj]:
         """The loaded prefix of ``keys`` (StorageManager's prefetch counts chunks up to
         the first gap, so objects past a miss are released here)."""
-        objs = await asyncio.wrap_future(self._read_executor.submit(self._get_many, keys))
+        future = self._submit_read(self._get_many, keys)
+        if future is None:
+            return []
+        objs = await asyncio.wrap_future(future)
         prefix: list[MemoryObj] = []
         for obj in objs:
             if obj is None:
