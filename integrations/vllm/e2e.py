@@ -10,6 +10,9 @@ serving the prompts with greedy sampling and max_tokens=1 (so the time is the pr
              tokens): the shared chunks load, the rest is computed
   files-A/B  the same with vLLM's ExampleConnector (safetensors files on the same disk)
   evict      keys deleted between lookup and load: the load fails, vLLM recomputes
+
+Loads are asynchronous (the connector's default ``load_async``): vLLM holds each request back
+while its load runs and the connector reports it loaded, failed blocks included.
   down       the memkv server stopped: nothing found, everything computed
 
 and checks every answer against the recomputed one, that B loaded every chunk from memkv (the
@@ -136,8 +139,9 @@ def run_engine(label: str, spec: dict, log_dir: Path, timeout: float) -> dict:
         raise RuntimeError(f"{label}: vLLM exited with {proc.returncode}; log {log}:\n{text[-4000:]}")
     result = json.loads(out.read_text())
     loads = [tuple(map(int, m)) for m in re.findall(r"memkv_vllm: loaded (\d+) of (\d+) chunks", text)]
+    background = len(re.findall(r"memkv_vllm: loaded \d+ of \d+ chunks .* in the background", text))
     saves = [int(m) for m in re.findall(r"memkv_vllm: saved (\d+) chunks", text)]
-    result["_memkv"] = {"loads": loads, "saved_chunks": sum(saves)}
+    result["_memkv"] = {"loads": loads, "background_loads": background, "saved_chunks": sum(saves)}
     result["_wall_s"] = time.perf_counter() - t0
     print(f"  {label:8s} done in {result['_wall_s']:.0f} s: "
           + ", ".join(f"{k} tokens {v['tokens']} in " + " ".join(f"{t:.3f}" for t in v["seconds"]) + " s"
@@ -265,6 +269,10 @@ def check(r: dict, s: dict, p_chunks: int, q_shared: int, page: int, reps: int) 
     want_loads = [(p_chunks, p_chunks)] * reps + [(q_shared, q_shared)]
     if s["b_loads"] != want_loads:
         bad.append(f"memkv-B loads (loaded, planned) {s['b_loads']}, want {want_loads}")
+    for label in ("memkv-B", "evict"):  # load_async is the default: vLLM's asynchronous path
+        m = r[label]["_memkv"]
+        if m["background_loads"] != len(m["loads"]):
+            bad.append(f"{label}: {m['background_loads']} of {len(m['loads'])} loads in the background")
     if min(r["memkv-B"]["P"]["cached_tokens"]) < p_chunks * BLOCK:
         bad.append(f"memkv-B P: vLLM counted {r['memkv-B']['P']['cached_tokens']} cached tokens")
     ev = s["evict_loads"]

@@ -11,13 +11,18 @@ vLLM makes two instances: one in the scheduler (looks prompts up, plans loads an
 in each worker (moves the bytes). A chunk is one vLLM KV block of prompt tokens; it is stored
 as one memkv value per (rank, layer), keyed as described in ``keys.py``.
 
-* Scheduler: ``get_num_new_matched_tokens`` asks memkv (one ``exists_many``) which leading
-  chunks it holds on every rank and layer, and claims those beyond what vLLM has locally,
-  leaving at least the prompt's last token to compute (vLLM needs its logits).
-* Worker: ``start_load_kv`` fills the claimed blocks with one ``get_many_into`` straight into
-  the paged cache; ``wait_for_save`` stores the prompt chunks completed this step with one
-  ``put_many`` straight from it. Both run before the step's results are used, so the blocks
-  cannot be freed or reused under them.
+* Scheduler: ``get_num_new_matched_tokens`` asks memkv (one ``exists_many``, on a thread of
+  its own) which leading chunks it holds on every rank and layer, and claims those beyond what
+  vLLM has locally, leaving at least the prompt's last token to compute (vLLM needs its
+  logits). A lookup not answered within ``lookup_wait_ms`` answers None ("ask again"): vLLM
+  schedules the other requests and asks again next step.
+* Worker: the claimed blocks are filled with one ``get_many_into`` straight into the paged
+  cache. With ``load_async`` (the default) the load runs on a thread of its own while vLLM's
+  steps go on for the other requests; the request waits for it (vLLM's
+  WAITING_FOR_REMOTE_KVS) and ``get_finished`` reports it loaded. Otherwise ``start_load_kv``
+  loads before the forward pass. ``wait_for_save`` stores the prompt chunks completed this step
+  with one ``put_many`` straight from the cache, before the step's results are used, so the
+  blocks cannot be freed or reused under it.
 * Failures never give wrong tokens: a lookup that fails claims nothing; a load that fails or
   misses reports its blocks through ``get_block_ids_with_load_errors`` and vLLM recomputes
   them (the connector switches ``kv_load_failure_policy`` from vLLM's default "fail" to
@@ -29,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +46,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from . import keys as K
+from .inflight import LoadJob, Loads, Lookups
 from .pages import LayerPages, host_ranges, range_view
 from .settings import parse
 from .store import Store, StoreUnavailable, item_results
@@ -56,6 +63,10 @@ if TYPE_CHECKING:
 # Under "vllm." so vLLM's handler prints it, naming the process (Worker / EngineCore).
 logger = logging.getLogger("vllm.memkv_vllm")
 
+# A lookup's answer is reused while the request waits to be admitted (vLLM asks again each step
+# it cannot allocate the blocks), but not for longer than this: memkv may have gained chunks.
+LOOKUP_FRESH_S = 1.0
+
 
 @dataclass
 class Transfer:
@@ -64,6 +75,7 @@ class Transfer:
     req_id: str
     hashes: list[str]
     block_ids: list[int]
+    background: bool = False  # an asynchronous load: the request waits, the step does not
 
 
 @dataclass
@@ -83,6 +95,10 @@ class _Request:
     pending_load: tuple[int, int] | None = None  # chunk range to load in the next step
     block_ids: list[int] = field(default_factory=list)
     saved_upto: int = 0  # chunks below this are in memkv (found there or saved)
+    lookup: Future[int] | None = None  # the lookup running for this request
+    found: int | None = None  # its answer, until the request is admitted or it goes stale
+    found_at: float = 0.0
+    load_async: bool = False  # the hit was claimed for an asynchronous load
 
 
 class MemkvConnector(KVConnectorBase_V1):
@@ -151,8 +167,11 @@ class MemkvConnector(KVConnectorBase_V1):
         self._may_save = tc.is_kv_producer
         who = "scheduler" if role == KVConnectorRole.SCHEDULER else "worker"
         self._store = Store(self._settings, who)
+        self._load_async = self._settings.load_async
         if role == KVConnectorRole.SCHEDULER:
             self._requests: dict[str, _Request] = {}
+            self._lookups = Lookups(self._lookup, self._settings.lookup_wait_ms / 1e3)
+            self._background_loads: list[Transfer] = []
             if self._settings.recompute_on_load_failure and tc.kv_load_failure_policy == "fail":
                 # A cache miss or a lost server must cost recomputation, never a failed request.
                 tc.kv_load_failure_policy = "recompute"
@@ -161,6 +180,7 @@ class MemkvConnector(KVConnectorBase_V1):
             self._rank = _tp_rank()
             self._pages: dict[str, LayerPages] = {}
             self._failed_blocks: set[int] = set()
+            self._loads = Loads(self._fetch)
             self.stats = {"loaded_chunks": 0, "loaded_bytes": 0, "failed_chunks": 0,
                           "saved_chunks": 0, "saved_bytes": 0, "save_failures": 0}
         if role == KVConnectorRole.SCHEDULER:
@@ -207,12 +227,29 @@ class MemkvConnector(KVConnectorBase_V1):
             self._requests[request.request_id] = st
         st.lookup_tokens = num_computed_tokens
         st.pending_load = None
-        st.remote_chunks = self._lookup(st.hashes)
-        st.saved_upto = st.remote_chunks
+        remote = self._remote_chunks(st)
+        if remote is None:
+            return None, False
+        st.remote_chunks = remote
+        st.saved_upto = remote
         if not self._may_load:
             return 0, False
-        matched = min(st.remote_chunks, st.loadable) * self._block_size - num_computed_tokens
-        return max(matched, 0), False
+        matched = max(min(remote, st.loadable) * self._block_size - num_computed_tokens, 0)
+        st.load_async = self._load_async and matched > 0
+        return matched, st.load_async
+
+    def _remote_chunks(self, st: _Request) -> int | None:
+        """The leading chunks memkv holds, or None while the lookup runs."""
+        now = time.monotonic()
+        if st.found is not None and now - st.found_at < LOOKUP_FRESH_S:
+            return st.found
+        just_started = st.lookup is None
+        if st.lookup is None:
+            st.lookup = self._lookups.start(st.hashes)
+        found = self._lookups.answer(st.lookup, just_started)
+        if found is not None:
+            st.lookup, st.found, st.found_at = None, found, time.monotonic()
+        return found
 
     def _lookup(self, hashes: list[str]) -> int:
         """How many leading chunks memkv holds on every rank and layer (0 on any failure)."""
@@ -239,13 +276,28 @@ class MemkvConnector(KVConnectorBase_V1):
         self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int
     ) -> None:
         st = self._requests.get(request.request_id)
-        if st is None or num_external_tokens <= 0:
+        if st is None:
+            return
+        # Admitted: should it come back (preempted), memkv is asked afresh.
+        st.found = None
+        if num_external_tokens <= 0:
             return
         start = st.lookup_tokens // self._block_size
-        st.pending_load = (start, start + num_external_tokens // self._block_size)
+        end = start + num_external_tokens // self._block_size
+        if not st.load_async:
+            st.pending_load = (start, end)
+            return
+        # The request waits for this load outside the step's batch, so vLLM does not list it
+        # among the scheduled requests: its blocks come from here.
+        block_ids = list(blocks.get_block_ids()[0])
+        self._background_loads.append(
+            Transfer(request.request_id, st.hashes[start:end], block_ids[start:end], background=True)
+        )
+        st.saved_upto = max(st.saved_upto, end)
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         meta = MemkvConnectorMetadata()
+        meta.loads, self._background_loads = self._background_loads, []
         scheduled = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
             st = self._requests.get(new.req_id)
@@ -284,7 +336,8 @@ class MemkvConnector(KVConnectorBase_V1):
             st.saved_upto = done
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        # Saves complete inside the step that computed them, so the blocks can go now.
+        # Saves complete inside the step that computed them, so the blocks can go now. (vLLM
+        # itself keeps a request's blocks while an asynchronous load into them runs.)
         self._requests.pop(request.request_id, None)
         return False, None
 
@@ -313,41 +366,64 @@ class MemkvConnector(KVConnectorBase_V1):
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         assert isinstance(meta, MemkvConnectorMetadata)
-        if not meta.loads:
-            return
-        t0 = time.perf_counter()
-        keys: list[str] = []
-        buffers: list[memoryview] = []
-        owners: list[int] = []
-        commits = []
-        for transfer in meta.loads:
+        now = [t for t in meta.loads if not t.background]
+        if now:
+            job = self._load_job(now, background=False)
+            job.lengths = self._fetch(job)
+            self._finish_load(job)
+        later = [t for t in meta.loads if t.background]
+        if later:
+            self._loads.submit(self._load_job(later, background=True))
+
+    def _load_job(self, transfers: list[Transfer], background: bool) -> LoadJob:
+        job = LoadJob([t.req_id for t in transfers], background, started=time.perf_counter())
+        for transfer in transfers:
             for layer in self._layer_names:
                 views, commit = self._pages[layer].write_views(transfer.block_ids)
-                commits.append((commit, len(keys), len(views)))
-                keys.extend(K.chunk_key(self._namespace, self._rank, h, layer) for h in transfer.hashes)
-                buffers.extend(views)
-                owners.extend(transfer.block_ids)
+                job.commits.append((commit, len(job.keys), len(views)))
+                job.keys.extend(K.chunk_key(self._namespace, self._rank, h, layer) for h in transfer.hashes)
+                job.buffers.extend(views)
+                job.owners.extend(transfer.block_ids)
+        return job
+
+    def _fetch(self, job: LoadJob) -> list[Any]:
+        """Each value's length as read into its buffer, None where it failed or is missing."""
         try:
-            lengths = self._store.call("get_many_into", keys, buffers)
+            return list(self._store.call("get_many_into", job.keys, job.buffers))
         except StoreUnavailable:
-            lengths = [None] * len(keys)
-        ok = [n == self._page_bytes for n in lengths]
-        for commit, first, count in commits:
+            return [None] * len(job.keys)
+
+    def _finish_load(self, job: LoadJob) -> None:
+        """Commits the pages read (in the step's thread: staged pages are copied to the device
+        here), and marks the blocks that were not for vLLM to recompute."""
+        assert job.lengths is not None
+        ok = [n == self._page_bytes for n in job.lengths]
+        for commit, first, count in job.commits:
             commit(ok[first : first + count])
-        failed = {owners[i] for i, good in enumerate(ok) if not good}
+        failed = {job.owners[i] for i, good in enumerate(ok) if not good}
         self._failed_blocks |= failed
-        n_blocks = len(set(owners))
+        n_blocks = len(set(job.owners))
         self.stats["loaded_chunks"] += n_blocks - len(failed)
         # Bytes of whole chunks only: a chunk missing one layer is recomputed entirely.
         loaded_bytes = (n_blocks - len(failed)) * len(self._layer_names) * self._page_bytes
         self.stats["loaded_bytes"] += loaded_bytes
         self.stats["failed_chunks"] += len(failed)
         logger.info(
-            "memkv_vllm: loaded %d of %d chunks (%d tokens, %.1f MiB) in %.1f ms%s",
+            "memkv_vllm: loaded %d of %d chunks (%d tokens, %.1f MiB) in %.1f ms%s%s",
             n_blocks - len(failed), n_blocks, (n_blocks - len(failed)) * self._block_size,
-            loaded_bytes / 2**20, (time.perf_counter() - t0) * 1e3,
+            loaded_bytes / 2**20, (time.perf_counter() - job.started) * 1e3,
+            " in the background" if job.background else "",
             f"; {len(failed)} to recompute" if failed else "",
         )
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        loaded: set[str] = set()
+        for job in self._loads.finished():
+            self._finish_load(job)
+            loaded.update(job.req_ids)
+        # Failed blocks go out in this same step (vLLM collects them after this call), never
+        # after the request is reported loaded.
+        return None, loaded or None
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         # start_load_kv fills every layer before the forward pass begins.
@@ -396,7 +472,10 @@ class MemkvConnector(KVConnectorBase_V1):
 
     def shutdown(self) -> None:
         if self.role == KVConnectorRole.WORKER:
+            self._loads.close()
             logger.info("memkv_vllm worker rank %d: totals %s", self._rank, self.stats)
+        else:
+            self._lookups.close()
         self._store.close()
 
 

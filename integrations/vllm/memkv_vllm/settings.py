@@ -17,9 +17,14 @@ from typing import Any
 # request's critical path, so a stuck server must cost seconds at most, then recomputation.
 DEFAULT_TIMEOUT_MS = 5000
 DEFAULT_RETRY_AFTER_S = 10.0
+# A healthy lookup (one exists_many) answers well within this, so the scheduler gets its answer
+# in the same step; a slower one is asked about again in later steps instead of holding the step.
+DEFAULT_LOOKUP_WAIT_MS = 5.0
+MAX_LOOKUP_WAIT_MS = 1000.0
 
 _CLIENT_KEYS = ("servers", "auth_key", "transport", "timeout_ms", "config")
-_OWN_KEYS = ("namespace", "model_id", "retry_after_s", "recompute_on_load_failure")
+_OWN_KEYS = ("namespace", "model_id", "retry_after_s", "recompute_on_load_failure", "load_async",
+             "lookup_wait_ms")
 
 # Extra configs often come from templated JSON or the command line, where a flag arrives as
 # text: bool("false") would be True, so text is read by its words, not its truthiness.
@@ -70,6 +75,8 @@ class Settings:
     model_id: str | None = None
     retry_after_s: float = DEFAULT_RETRY_AFTER_S
     recompute_on_load_failure: bool = True
+    load_async: bool = True
+    lookup_wait_ms: float = DEFAULT_LOOKUP_WAIT_MS
 
 
 def parse(
@@ -114,6 +121,13 @@ def parse(
         extra.get("retry_after_s", DEFAULT_RETRY_AFTER_S),
         "retry_after_s", source, float, 0.0, ">= 0 (a number of seconds)",
     )
+    must = f"from 0 to {MAX_LOOKUP_WAIT_MS:.0f} (milliseconds)"
+    lookup_wait = _number(
+        extra.get("lookup_wait_ms", DEFAULT_LOOKUP_WAIT_MS), "lookup_wait_ms", source, float, 0.0, must
+    )
+    # The wait holds vLLM's scheduler: a large one would bring back the stall it exists to end.
+    if lookup_wait > MAX_LOOKUP_WAIT_MS:
+        raise ValueError(f"memkv_vllm: {source} 'lookup_wait_ms' must be {must}, got {lookup_wait!r}")
     return Settings(
         client_kwargs=kwargs,
         namespace=str(extra.get("namespace", "")),
@@ -122,4 +136,6 @@ def parse(
         recompute_on_load_failure=_flag(
             extra.get("recompute_on_load_failure", True), "recompute_on_load_failure", source
         ),
+        load_async=_flag(extra.get("load_async", True), "load_async", source),
+        lookup_wait_ms=lookup_wait,
     )

@@ -1,24 +1,33 @@
 """The scheduler side's arithmetic: what is claimed, loaded and saved, step by step.
 
 The connector is built without vLLM's engine (no __init__), with memkv's answer faked by
-``held``: the number of leading chunks the lookup finds."""
+``held``: the number of leading chunks the lookup finds (a test double of the memkv call; the
+lookup still runs on the connector's lookup thread)."""
 
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("vllm")
+import memkv_vllm.connector as connector_module  # noqa: E402
 from memkv_vllm.connector import MemkvConnector, MemkvConnectorMetadata  # noqa: E402
+from memkv_vllm.inflight import Lookups  # noqa: E402
 
 BS = 128
 
 
-def scheduler(held: int, may_load=True, may_save=True) -> MemkvConnector:
+def scheduler(held: int, may_load=True, may_save=True, load_async=False, lookup=None,
+              wait_s=1.0) -> MemkvConnector:
     c = object.__new__(MemkvConnector)
     c._block_size = BS
     c._requests = {}
     c._may_load, c._may_save = may_load, may_save
-    c._lookup = lambda hashes: min(held, len(hashes))
+    c._load_async = load_async
+    c._background_loads = []
+    c._lookup = lookup or (lambda hashes: min(held, len(hashes)))
+    c._lookups = Lookups(c._lookup, wait_s)
     return c
 
 
@@ -116,3 +125,105 @@ def test_finished_requests_are_forgotten():
     c.get_num_new_matched_tokens(req, 0)
     assert c.request_finished(req, []) == (False, None)
     assert c._requests == {}
+
+
+class Blocks:
+    """vLLM's KVCacheBlocks as the connector uses it: one block-id list per KV cache group."""
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    def get_block_ids(self):
+        return (self.ids,)
+
+
+def test_an_async_hit_is_loaded_outside_the_steps_batch_then_the_rest_is_saved():
+    c, req = scheduler(held=15, load_async=True), request(4000)
+    assert c.get_num_new_matched_tokens(req, 0) == (15 * BS, True)
+    c.update_state_after_alloc(req, Blocks(list(range(200, 232))), 15 * BS)
+    # vLLM holds the request back (WAITING_FOR_REMOTE_KVS): it is in no scheduled list.
+    meta = step_without(c)
+    (load,) = meta.loads
+    assert load.background and load.req_id == "r1"
+    assert load.block_ids == list(range(200, 215)) and len(load.hashes) == 15
+    assert step_without(c).loads == []  # planned once
+    # Loaded: vLLM schedules it as a new request with the loaded tokens computed.
+    c.update_state_after_alloc(req, Blocks(list(range(200, 232))), 0)
+    meta = step(c, req, 15 * BS, 4000 - 15 * BS, list(range(200, 232)))
+    assert meta.loads == []
+    assert [t.block_ids for t in meta.saves] == [list(range(215, 231))]
+
+
+def test_an_async_connector_loads_nothing_in_the_background_when_nothing_is_claimed():
+    c, req = scheduler(held=0, load_async=True), request(4000)
+    assert c.get_num_new_matched_tokens(req, 0) == (0, False)
+
+
+def step_without(c):
+    out = SimpleNamespace(
+        scheduled_new_reqs=[],
+        scheduled_cached_reqs=SimpleNamespace(req_ids=[], resumed_req_ids=set(), new_block_ids=[],
+                                              num_computed_tokens=[]),
+        num_scheduled_tokens={},
+    )
+    return c.build_connector_meta(out)
+
+
+def test_a_slow_lookup_answers_ask_again_and_holds_no_step():
+    release = threading.Event()
+    calls = []
+
+    def slow(hashes):
+        calls.append(len(hashes))
+        release.wait(10)
+        return 7
+
+    c, req = scheduler(held=0, lookup=slow, wait_s=0.05), request(4000)
+    t0 = time.monotonic()
+    assert c.get_num_new_matched_tokens(req, 0) == (None, False)
+    assert time.monotonic() - t0 < 1.0  # waited lookup_wait_ms, not for memkv
+    t0 = time.monotonic()
+    for _ in range(5):  # later steps only poll
+        assert c.get_num_new_matched_tokens(req, 0) == (None, False)
+    assert time.monotonic() - t0 < 0.04
+    release.set()
+    deadline = time.monotonic() + 5
+    while (answer := c.get_num_new_matched_tokens(req, 0)) == (None, False):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert answer == (7 * BS, False)
+    assert calls == [31]  # one lookup for all those steps
+
+
+def test_an_answer_is_reused_until_the_request_is_admitted():
+    calls = []
+
+    def counting(hashes):
+        calls.append(1)
+        return 3
+
+    c, req = scheduler(held=0, lookup=counting), request(1000)
+    for _ in range(3):  # vLLM could not allocate the blocks: asked again each step
+        assert c.get_num_new_matched_tokens(req, 0) == (3 * BS, False)
+    assert len(calls) == 1
+    c.update_state_after_alloc(req, None, 3 * BS)
+    # Preempted later and back in the queue: memkv is asked afresh.
+    c.get_num_new_matched_tokens(req, 0)
+    assert len(calls) == 2
+
+
+def test_a_stale_answer_is_not_reused(monkeypatch):
+    calls = []
+    c, req = scheduler(held=0, lookup=lambda hashes: calls.append(1) or 2), request(1000)
+    c.get_num_new_matched_tokens(req, 0)
+    monkeypatch.setattr(connector_module, "LOOKUP_FRESH_S", 0.0)
+    c.get_num_new_matched_tokens(req, 0)
+    assert len(calls) == 2
+
+
+def test_a_lookup_that_raises_claims_nothing():
+    def broken(hashes):
+        raise RuntimeError("a bug")
+
+    c, req = scheduler(held=0, lookup=broken), request(1000)
+    assert c.get_num_new_matched_tokens(req, 0) == (0, False)

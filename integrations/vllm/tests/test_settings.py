@@ -29,6 +29,10 @@ def test_environment_is_left_to_the_memkv_client():
     ({"retry_after_s": "nan"}, "'retry_after_s' must be >= 0"),
     ({"recompute_on_load_failure": "maybe"}, "'recompute_on_load_failure' must be true or false"),
     ({"recompute_on_load_failure": 2}, "'recompute_on_load_failure' must be true or false"),
+    ({"load_async": "later"}, "'load_async' must be true or false"),
+    ({"lookup_wait_ms": -1}, "'lookup_wait_ms' must be from 0 to 1000"),
+    ({"lookup_wait_ms": "inf"}, "'lookup_wait_ms' must be from 0 to 1000"),
+    ({"lookup_wait_ms": 5000}, "'lookup_wait_ms' must be from 0 to 1000"),
 ])
 def test_bad_settings_are_named(extra, words):
     with pytest.raises(ValueError) as e:
@@ -48,3 +52,10 @@ def test_recompute_on_load_failure_reads_text_by_its_words(value, expected):
 def test_retry_after_s_accepts_numbers_as_text():
     assert parse({"retry_after_s": "2.5"}, {}).retry_after_s == 2.5
     assert parse({}, {}).retry_after_s == DEFAULT_RETRY_AFTER_S
+
+
+def test_loads_are_asynchronous_and_lookups_wait_briefly_by_default():
+    s = parse({}, {})
+    assert s.load_async is True and s.lookup_wait_ms == 5.0
+    s = parse({"load_async": "false", "lookup_wait_ms": "0"}, {})
+    assert s.load_async is False and s.lookup_wait_ms == 0.0

@@ -1,0 +1,104 @@
+"""memkv calls the connector keeps off vLLM's engine step.
+
+vLLM's scheduler asks for a request's hit on its own thread, and the worker runs the whole
+batch's step around its loads: a memkv call that waits there (a slow or stalled server, a large
+load) holds every request in the engine, not only the one it is for. So lookups and
+asynchronous loads run on threads of their own, and the step only collects what has finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger("vllm.memkv_vllm")
+
+
+class Lookups:
+    """The scheduler's lookups, run ``threads`` at a time; a caller waits at most ``wait_s``
+    when it starts one and only polls after that."""
+
+    def __init__(self, lookup: Callable[[list[str]], int], wait_s: float, threads: int = 2) -> None:
+        self._lookup = lookup
+        self._wait_s = wait_s
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="memkv-lookup")
+
+    def start(self, hashes: list[str]) -> Future[int]:
+        return self._pool.submit(self._lookup, hashes)
+
+    def answer(self, lookup: Future[int], just_started: bool) -> int | None:
+        """The lookup's hit, or None while it runs; a lookup that raised found nothing."""
+        if just_started and self._wait_s > 0:
+            wait([lookup], timeout=self._wait_s)
+        if not lookup.done():
+            return None
+        error = lookup.exception()
+        if error is not None:
+            logger.warning("memkv_vllm: a lookup failed unexpectedly (%s: %s); claiming nothing",
+                           type(error).__name__, error)
+            return 0
+        return lookup.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class LoadJob:
+    """One step's loads: ``keys[i]`` is read into ``buffers[i]``, a page of block ``owners[i]``;
+    ``commits`` are the layers' (commit, first, count) for pages staged through host copies."""
+
+    req_ids: list[str]
+    background: bool
+    keys: list[str] = field(default_factory=list)
+    buffers: list[memoryview] = field(default_factory=list)
+    owners: list[int] = field(default_factory=list)
+    commits: list[tuple[Callable[[list[bool]], None], int, int]] = field(default_factory=list)
+    started: float = 0.0
+    lengths: list[Any] | None = None
+
+
+class Loads:
+    """Loads that run while vLLM's steps go on, one job at a time on one thread (memkv spreads
+    a job's values over its connections); ``finished`` hands back the jobs that ended."""
+
+    def __init__(self, fetch: Callable[[LoadJob], list[Any]]) -> None:
+        self._fetch = fetch
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memkv-load")
+        self._lock = threading.Lock()
+        self._done: list[LoadJob] = []
+        self._running = 0
+
+    def submit(self, job: LoadJob) -> None:
+        with self._lock:
+            self._running += 1
+        self._pool.submit(self._run, job)
+
+    def _run(self, job: LoadJob) -> None:
+        try:
+            job.lengths = self._fetch(job)
+        except Exception as e:  # noqa: BLE001 - a load that fails is recomputed, never fatal
+            logger.warning("memkv_vllm: loading %d values failed unexpectedly (%s: %s)",
+                           len(job.keys), type(e).__name__, e)
+            job.lengths = [None] * len(job.keys)
+        with self._lock:
+            self._running -= 1
+            self._done.append(job)
+
+    def finished(self) -> list[LoadJob]:
+        with self._lock:
+            done, self._done = self._done, []
+        return done
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._running
+
+    def close(self) -> None:
+        # The jobs write into vLLM's KV cache: it must not be freed under them. Each memkv
+        # call ends within its deadline, so this wait is bounded.
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,136 @@
+"""The worker side against a real memkv server: loads into a paged KV cache (a CPU tensor laid
+out as vLLM's CPU build lays it out), in the step or in the background.
+
+The connector is built without vLLM's engine (no __init__); its store, pages and metadata are
+the real ones."""
+
+import time
+
+import pytest
+
+pytest.importorskip("vllm")
+memkv = pytest.importorskip("memkv")
+import torch  # noqa: E402
+from memkv.testing import MemkvServer  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  # noqa: E402
+
+from memkv_vllm import keys as K  # noqa: E402
+from memkv_vllm.connector import MemkvConnector, MemkvConnectorMetadata, Transfer  # noqa: E402
+from memkv_vllm.inflight import Loads  # noqa: E402
+from memkv_vllm.pages import LayerPages  # noqa: E402
+from memkv_vllm.settings import parse  # noqa: E402
+from memkv_vllm.store import Store  # noqa: E402
+
+BLOCKS, PAGE, LAYERS = 16, 32 << 10, ["layer.0", "layer.1"]
+HASHES = [f"h{i}" for i in range(4)]
+
+
+def worker(srv: MemkvServer, timeout_ms: int = 2000) -> MemkvConnector:
+    c = object.__new__(MemkvConnector)
+    c._role = KVConnectorRole.WORKER
+    c._store = Store(parse({"servers": [srv.address], "auth_key": srv.auth_key,
+                            "timeout_ms": timeout_ms, "transport": "tcp"}, {}), "test")
+    c._namespace, c._rank, c._block_size, c._page_bytes = "ns", 0, 16, PAGE
+    c._layer_names = LAYERS
+    c._kv = {name: torch.zeros(BLOCKS, PAGE, dtype=torch.uint8) for name in LAYERS}
+    c._pages = {name: LayerPages(name, c._kv[name], BLOCKS, PAGE) for name in LAYERS}
+    c._failed_blocks = set()
+    c._loads = Loads(c._fetch)
+    c.stats = {"loaded_chunks": 0, "loaded_bytes": 0, "failed_chunks": 0,
+               "saved_chunks": 0, "saved_bytes": 0, "save_failures": 0}
+    return c
+
+
+def page(h: str, layer: str) -> bytes:
+    return (f"{h}/{layer}/".encode() * (PAGE // 8))[:PAGE]
+
+
+def store_chunks(srv: MemkvServer) -> None:
+    with memkv.Client(servers=[srv.address], auth_key=srv.auth_key) as client:
+        client.put_many([(K.chunk_key("ns", 0, h, layer), page(h, layer))
+                         for h in HASHES for layer in LAYERS])
+
+
+def load(c: MemkvConnector, transfers: list[Transfer]) -> float:
+    """Runs one step's start_load_kv; its duration in seconds."""
+    c.bind_connector_metadata(MemkvConnectorMetadata(loads=transfers))
+    t0 = time.monotonic()
+    c.start_load_kv(None)
+    return time.monotonic() - t0
+
+
+def wait_loaded(c: MemkvConnector, req_id: str, within: float) -> float:
+    t0 = time.monotonic()
+    while True:
+        _, loaded = c.get_finished(set())
+        if loaded:
+            assert loaded == {req_id}
+            return time.monotonic() - t0
+        assert time.monotonic() - t0 < within, "the background load was never reported"
+        time.sleep(0.005)
+
+
+def test_a_load_in_the_step_fills_the_pages_before_it_returns():
+    with MemkvServer() as srv:
+        store_chunks(srv)
+        c = worker(srv)
+        load(c, [Transfer("r1", HASHES, [3, 4, 5, 6])])
+        for h, block in zip(HASHES, [3, 4, 5, 6]):
+            for layer in LAYERS:
+                assert bytes(c._kv[layer][block].numpy()) == page(h, layer)
+        assert c.get_finished(set()) == (None, None)
+        assert c.get_block_ids_with_load_errors() == set()
+        c.shutdown()
+
+
+def test_a_background_load_is_reported_once_its_pages_are_filled():
+    with MemkvServer() as srv:
+        store_chunks(srv)
+        c = worker(srv)
+        load(c, [Transfer("r1", HASHES[:3] + ["missing"], [8, 9, 10, 11], background=True)])
+        wait_loaded(c, "r1", within=10)
+        for h, block in zip(HASHES[:3], [8, 9, 10]):
+            for layer in LAYERS:
+                assert bytes(c._kv[layer][block].numpy()) == page(h, layer)
+        # The missing chunk's block goes to vLLM to recompute, in the same step.
+        assert c.get_block_ids_with_load_errors() == {11}
+        assert (c.stats["loaded_chunks"], c.stats["failed_chunks"]) == (3, 1)
+        assert c.get_finished(set()) == (None, None)  # reported once
+        c.shutdown()
+
+
+def test_a_stalled_server_holds_no_step_and_its_load_is_recomputed():
+    """A load from a server that stopped answering runs out its deadline in the background;
+    the steps meanwhile return at once. Loaded in the step, it held the whole batch's step for
+    the deadline."""
+    with MemkvServer() as srv:
+        store_chunks(srv)
+        c = worker(srv, timeout_ms=1500)
+        srv.pause()
+        try:
+            assert load(c, [Transfer("r1", HASHES, [1, 2, 3, 4], background=True)]) < 0.5
+            steps = []
+            for _ in range(5):
+                steps.append(load(c, []))
+                assert c.get_finished(set()) == (None, None)
+            assert max(steps) < 0.1, steps
+            waited = wait_loaded(c, "r1", within=10)
+        finally:
+            srv.resume()
+        assert waited > 0.5  # it did wait for memkv, off the step
+        assert c.get_block_ids_with_load_errors() == {1, 2, 3, 4}
+        c.shutdown()
+
+
+def test_shutdown_waits_for_a_background_load_writing_into_the_cache():
+    with MemkvServer() as srv:
+        store_chunks(srv)
+        c = worker(srv, timeout_ms=1000)
+        srv.pause()
+        try:
+            load(c, [Transfer("r1", HASHES, [1, 2, 3, 4], background=True)])
+            t0 = time.monotonic()
+            c.shutdown()
+            assert time.monotonic() - t0 > 0.5  # the load's deadline ran out first
+        finally:
+            srv.resume()
