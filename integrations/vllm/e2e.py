@@ -35,6 +35,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 BLOCK = 128  # vLLM's KV block on the CPU build; chunks are whole blocks
@@ -64,8 +65,8 @@ def prompts(n_tokens: int) -> dict[str, list[int]]:
 # ---------------------------------------------------------------------------- one engine
 
 
-def engine(spec: dict) -> dict:
-    """Runs in a fresh process: one vLLM engine, the named prompts in order, timed."""
+def make_llm(spec: dict) -> Any:
+    """One vLLM engine with the spec's connector; its one-time start-up work already done."""
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
     from vllm.inputs import TokensPrompt
@@ -92,6 +93,16 @@ def engine(spec: dict) -> dict:
     sp = SamplingParams(max_tokens=1, detokenize=False, temperature=0)
     # One short request first: the engine's one-time start-up work is not a prefill's.
     llm.generate([TokensPrompt(prompt_token_ids=list(range(1, 33)))], sp, use_tqdm=False)
+    return llm
+
+
+def engine(spec: dict) -> dict:
+    """Runs in a fresh process: one vLLM engine, the named prompts in order, timed."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = make_llm(spec)
+    sp = SamplingParams(max_tokens=1, detokenize=False, temperature=0)
     all_prompts = prompts(spec["tokens"])
     out: dict[str, dict] = {}
     # A prompt named again loads (or recomputes) again: vLLM's own prefix cache is off.
@@ -145,7 +156,8 @@ def run_engine(label: str, spec: dict, log_dir: Path, timeout: float) -> dict:
     result["_wall_s"] = time.perf_counter() - t0
     print(f"  {label:8s} done in {result['_wall_s']:.0f} s: "
           + ", ".join(f"{k} tokens {v['tokens']} in " + " ".join(f"{t:.3f}" for t in v["seconds"]) + " s"
-                      for k, v in result.items() if not k.startswith("_")), flush=True)
+                      for k, v in result.items() if not k.startswith("_") and isinstance(v, dict)),
+          flush=True)
     return result
 
 
@@ -175,7 +187,12 @@ def main() -> int:
     ap.add_argument("--engine", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.engine:
-        args.json.write_text(json.dumps(engine(json.loads(args.engine))))
+        spec = json.loads(args.engine)
+        run = engine
+        if "entry" in spec:  # another script's engine (load_overlap.py), run the same way
+            module, name = spec["entry"].split(":")
+            run = getattr(__import__(module), name)
+        args.json.write_text(json.dumps(run(spec)))
         return 0
 
     from memkv.testing import MemkvServer
