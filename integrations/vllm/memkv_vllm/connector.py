@@ -21,8 +21,10 @@ as one memkv value per (rank, layer), keyed as described in ``keys.py``.
   steps go on for the other requests; the request waits for it (vLLM's
   WAITING_FOR_REMOTE_KVS) and ``get_finished`` reports it loaded. Otherwise ``start_load_kv``
   loads before the forward pass. ``wait_for_save`` stores the prompt chunks completed this step
-  with one ``put_many`` straight from the cache, before the step's results are used, so the
-  blocks cannot be freed or reused under it.
+  with one ``put_many`` straight from the cache. With ``save_async`` (the default) it runs on a
+  thread of its own: a finished request's blocks are held (``request_finished`` answers True)
+  until ``get_finished`` reports its saves ended, and a preempted request's saves end before the
+  next forward pass (``handle_preemptions``). Otherwise the step waits for it.
 * Failures never give wrong tokens: a lookup that fails claims nothing; a load that fails or
   misses reports its blocks through ``get_block_ids_with_load_errors`` and vLLM recomputes
   them (the connector switches ``kv_load_failure_policy`` from vLLM's default "fail" to
@@ -46,7 +48,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from . import keys as K
-from .inflight import LoadJob, Loads, Lookups
+from .inflight import LoadJob, Loads, Lookups, SaveJob, Saves
 from .pages import LayerPages, host_ranges, range_view
 from .settings import parse
 from .store import Store, StoreUnavailable, item_results
@@ -82,6 +84,7 @@ class Transfer:
 class MemkvConnectorMetadata(KVConnectorMetadata):
     loads: list[Transfer] = field(default_factory=list)
     saves: list[Transfer] = field(default_factory=list)
+    preempted: set[str] = field(default_factory=set)  # their saves must end before the step
 
 
 @dataclass
@@ -99,6 +102,7 @@ class _Request:
     found: int | None = None  # its answer, until the request is admitted or it goes stale
     found_at: float = 0.0
     load_async: bool = False  # the hit was claimed for an asynchronous load
+    saving: bool = False  # saves were planned: with save_async its blocks wait for them
 
 
 class MemkvConnector(KVConnectorBase_V1):
@@ -168,6 +172,7 @@ class MemkvConnector(KVConnectorBase_V1):
         who = "scheduler" if role == KVConnectorRole.SCHEDULER else "worker"
         self._store = Store(self._settings, who)
         self._load_async = self._settings.load_async
+        self._save_async = self._settings.save_async
         if role == KVConnectorRole.SCHEDULER:
             self._requests: dict[str, _Request] = {}
             self._lookups = Lookups(self._lookup, self._settings.lookup_wait_ms / 1e3)
@@ -181,6 +186,7 @@ class MemkvConnector(KVConnectorBase_V1):
             self._pages: dict[str, LayerPages] = {}
             self._failed_blocks: set[int] = set()
             self._loads = Loads(self._fetch)
+            self._saves = Saves(self._put)
             self.stats = {"loaded_chunks": 0, "loaded_bytes": 0, "failed_chunks": 0,
                           "saved_chunks": 0, "saved_bytes": 0, "save_failures": 0}
         if role == KVConnectorRole.SCHEDULER:
@@ -298,6 +304,8 @@ class MemkvConnector(KVConnectorBase_V1):
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         meta = MemkvConnectorMetadata()
         meta.loads, self._background_loads = self._background_loads, []
+        if self._save_async:
+            meta.preempted = set(scheduler_output.preempted_req_ids or ())
         scheduled = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
             st = self._requests.get(new.req_id)
@@ -334,12 +342,14 @@ class MemkvConnector(KVConnectorBase_V1):
             first = st.saved_upto
             meta.saves.append(Transfer(req_id, st.hashes[first:done], st.block_ids[first:done]))
             st.saved_upto = done
+            st.saving = True
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        # Saves complete inside the step that computed them, so the blocks can go now. (vLLM
-        # itself keeps a request's blocks while an asynchronous load into them runs.)
-        self._requests.pop(request.request_id, None)
-        return False, None
+        # With save_async the blocks wait until the workers report the request's saves ended;
+        # otherwise saves end inside the step that computed them, so the blocks can go now.
+        # (vLLM itself keeps a request's blocks while an asynchronous load into them runs.)
+        st = self._requests.pop(request.request_id, None)
+        return self._save_async and st is not None and st.saving, None
 
     # ------------------------------------------------------------------ worker side
 
@@ -423,7 +433,14 @@ class MemkvConnector(KVConnectorBase_V1):
             loaded.update(job.req_ids)
         # Failed blocks go out in this same step (vLLM collects them after this call), never
         # after the request is reported loaded.
-        return None, loaded or None
+        saved = self._saves.finished(finished_req_ids) if self._save_async else set()
+        return saved or None, loaded or None
+
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        # A preempted request's blocks go to other requests in this very step.
+        assert isinstance(kv_connector_metadata, MemkvConnectorMetadata)
+        if kv_connector_metadata.preempted:
+            self._saves.wait_for(kv_connector_metadata.preempted)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         # start_load_kv fills every layer before the forward pass begins.
@@ -449,21 +466,27 @@ class MemkvConnector(KVConnectorBase_V1):
                     (K.chunk_key(self._namespace, self._rank, h, layer), v)
                     for h, v in zip(transfer.hashes, views)
                 )
-        n_chunks = sum(len(t.hashes) for t in meta.saves)
+        job = SaveJob({t.req_id for t in meta.saves}, items, sum(len(t.hashes) for t in meta.saves), t0)
+        if self._save_async:
+            self._saves.submit(job)
+        else:
+            self._put(job)
+
+    def _put(self, job: SaveJob) -> None:
         try:
-            self._store.call("put_many", items)
+            self._store.call("put_many", job.items)
         except StoreUnavailable:
-            self.stats["save_failures"] += n_chunks
+            self.stats["save_failures"] += job.chunks
             return
         except Exception as e:  # noqa: BLE001 - a failed save is a future miss, never fatal
-            self.stats["save_failures"] += n_chunks
-            logger.warning("memkv_vllm: saving %d chunks failed: %s", n_chunks, e)
+            self.stats["save_failures"] += job.chunks
+            logger.warning("memkv_vllm: saving %d chunks failed: %s", job.chunks, e)
             return
-        self.stats["saved_chunks"] += n_chunks
-        self.stats["saved_bytes"] += len(items) * self._page_bytes
+        self.stats["saved_chunks"] += job.chunks
+        self.stats["saved_bytes"] += len(job.items) * self._page_bytes
         logger.info(
-            "memkv_vllm: saved %d chunks (%.1f MiB) in %.1f ms", n_chunks,
-            len(items) * self._page_bytes / 2**20, (time.perf_counter() - t0) * 1e3,
+            "memkv_vllm: saved %d chunks (%.1f MiB) in %.1f ms", job.chunks,
+            len(job.items) * self._page_bytes / 2**20, (time.perf_counter() - job.started) * 1e3,
         )
 
     def get_block_ids_with_load_errors(self) -> set[int]:
@@ -473,6 +496,7 @@ class MemkvConnector(KVConnectorBase_V1):
     def shutdown(self) -> None:
         if self.role == KVConnectorRole.WORKER:
             self._loads.close()
+            self._saves.close()
             logger.info("memkv_vllm worker rank %d: totals %s", self._rank, self.stats)
         else:
             self._lookups.close()

@@ -102,3 +102,76 @@ class Loads:
         # The jobs write into vLLM's KV cache: it must not be freed under them. Each memkv
         # call ends within its deadline, so this wait is bounded.
         self._pool.shutdown(wait=True)
+
+
+@dataclass
+class SaveJob:
+    """One step's saves: ``items`` (key, page view) of the chunks of ``req_ids``."""
+
+    req_ids: set[str]
+    items: list[tuple[str, memoryview]]
+    chunks: int
+    started: float = 0.0
+
+
+class Saves:
+    """Saves that run while vLLM's steps go on, one job at a time on their own thread (so
+    they never queue loads), reading pages straight from the KV cache.
+
+    vLLM keeps a block's pages as they are while its request runs; it frees them when the
+    request finishes (held back here until its saves end: ``finished``) or is preempted (the
+    worker first waits for its saves: ``wait_for``)."""
+
+    def __init__(self, put: Callable[[SaveJob], None]) -> None:
+        self._put = put
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memkv-save")
+        self._cond = threading.Condition()
+        self._in_flight: dict[str, int] = {}  # request -> its save jobs not yet ended
+        self._saved: set[str] = set()  # requests with saves: vLLM holds their blocks at finish
+        self._finishing: set[str] = set()  # finished, a save still reading their pages
+        self._released: set[str] = set()  # finished, saves ended: to report
+
+    def submit(self, job: SaveJob) -> None:
+        with self._cond:
+            for r in job.req_ids:
+                self._in_flight[r] = self._in_flight.get(r, 0) + 1
+                self._saved.add(r)
+        self._pool.submit(self._run, job)
+
+    def _run(self, job: SaveJob) -> None:
+        try:
+            self._put(job)
+        except Exception as e:  # noqa: BLE001 - a failed save is a future miss, never fatal
+            logger.warning("memkv_vllm: saving %d chunks failed unexpectedly (%s: %s)",
+                           job.chunks, type(e).__name__, e)
+        finally:
+            with self._cond:
+                for r in job.req_ids:
+                    self._in_flight[r] -= 1
+                    if self._in_flight[r] == 0:
+                        del self._in_flight[r]
+                        if r in self._finishing:
+                            self._finishing.discard(r)
+                            self._released.add(r)
+                self._cond.notify_all()
+
+    def finished(self, finished_req_ids: set[str]) -> set[str]:
+        """Requests whose blocks vLLM may free now: finished (now or earlier), saves ended."""
+        with self._cond:
+            for r in finished_req_ids & self._saved:
+                self._saved.discard(r)
+                if r in self._in_flight:
+                    self._finishing.add(r)
+                else:
+                    self._released.add(r)
+            released, self._released = self._released, set()
+        return released
+
+    def wait_for(self, req_ids: set[str]) -> None:
+        """Until no save reads the pages of ``req_ids`` (bounded by memkv's deadline)."""
+        with self._cond:
+            self._cond.wait_for(lambda: not any(r in self._in_flight for r in req_ids))
+
+    def close(self) -> None:
+        # The jobs read vLLM's KV cache: it must not be freed under them.
+        self._pool.shutdown(wait=True)

@@ -24,7 +24,7 @@ MAX_LOOKUP_WAIT_MS = 1000.0
 
 _CLIENT_KEYS = ("servers", "auth_key", "transport", "timeout_ms", "config")
 _OWN_KEYS = ("namespace", "model_id", "retry_after_s", "recompute_on_load_failure", "load_async",
-             "lookup_wait_ms")
+             "save_async", "lookup_wait_ms")
 
 # Extra configs often come from templated JSON or the command line, where a flag arrives as
 # text: bool("false") would be True, so text is read by its words, not its truthiness.
@@ -76,6 +76,7 @@ class Settings:
     retry_after_s: float = DEFAULT_RETRY_AFTER_S
     recompute_on_load_failure: bool = True
     load_async: bool = True
+    save_async: bool = True
     lookup_wait_ms: float = DEFAULT_LOOKUP_WAIT_MS
 
 
@@ -137,5 +138,6 @@ def parse(
             extra.get("recompute_on_load_failure", True), "recompute_on_load_failure", source
         ),
         load_async=_flag(extra.get("load_async", True), "load_async", source),
+        save_async=_flag(extra.get("save_async", True), "save_async", source),
         lookup_wait_ms=lookup_wait,
     )

@@ -18,13 +18,14 @@ from memkv_vllm.inflight import Lookups  # noqa: E402
 BS = 128
 
 
-def scheduler(held: int, may_load=True, may_save=True, load_async=False, lookup=None,
-              wait_s=1.0) -> MemkvConnector:
+def scheduler(held: int, may_load=True, may_save=True, load_async=False, save_async=False,
+              lookup=None, wait_s=1.0) -> MemkvConnector:
     c = object.__new__(MemkvConnector)
     c._block_size = BS
     c._requests = {}
     c._may_load, c._may_save = may_load, may_save
     c._load_async = load_async
+    c._save_async = save_async
     c._background_loads = []
     c._lookup = lookup or (lambda hashes: min(held, len(hashes)))
     c._lookups = Lookups(c._lookup, wait_s)
@@ -42,7 +43,7 @@ def step(c, req, computed_before, scheduled, blocks):
                                             num_computed_tokens=computed_before)],
         scheduled_cached_reqs=SimpleNamespace(req_ids=[], resumed_req_ids=set(), new_block_ids=[],
                                               num_computed_tokens=[]),
-        num_scheduled_tokens={req.request_id: scheduled},
+        num_scheduled_tokens={req.request_id: scheduled}, preempted_req_ids=None,
     )
     return c.build_connector_meta(out)
 
@@ -53,7 +54,7 @@ def cached_step(c, req, computed_before, scheduled, new_blocks):
         scheduled_cached_reqs=SimpleNamespace(req_ids=[req.request_id], resumed_req_ids=set(),
                                               new_block_ids=[(new_blocks,)],
                                               num_computed_tokens=[computed_before]),
-        num_scheduled_tokens={req.request_id: scheduled},
+        num_scheduled_tokens={req.request_id: scheduled}, preempted_req_ids=None,
     )
     return c.build_connector_meta(out)
 
@@ -127,6 +128,32 @@ def test_finished_requests_are_forgotten():
     assert c._requests == {}
 
 
+def test_with_async_saves_a_request_that_saved_keeps_its_blocks_until_the_workers_release_them():
+    c, req = scheduler(held=0, save_async=True), request(1000)
+    c.get_num_new_matched_tokens(req, 0)
+    c.update_state_after_alloc(req, None, 0)
+    assert [t.block_ids for t in step(c, req, 0, 1000, list(range(8))).saves] == [list(range(7))]
+    assert c.request_finished(req, []) == (True, None)
+    assert c._requests == {}
+    # One that saved nothing (all of it already in memkv) frees its blocks at once.
+    c, req = scheduler(held=7, save_async=True), request(1000)
+    c.get_num_new_matched_tokens(req, 0)
+    c.update_state_after_alloc(req, None, 0)
+    assert step(c, req, 0, 1000, list(range(8))).saves == []
+    assert c.request_finished(req, []) == (False, None)
+
+
+def test_with_async_saves_the_workers_hear_of_preempted_requests():
+    c, req = scheduler(held=0, save_async=True), request(1000)
+    out = SimpleNamespace(
+        scheduled_new_reqs=[],
+        scheduled_cached_reqs=SimpleNamespace(req_ids=[], resumed_req_ids=set(), new_block_ids=[],
+                                              num_computed_tokens=[]),
+        num_scheduled_tokens={}, preempted_req_ids={"r7"},
+    )
+    assert c.build_connector_meta(out).preempted == {"r7"}
+
+
 class Blocks:
     """vLLM's KVCacheBlocks as the connector uses it: one block-id list per KV cache group."""
 
@@ -164,7 +191,7 @@ def step_without(c):
         scheduled_new_reqs=[],
         scheduled_cached_reqs=SimpleNamespace(req_ids=[], resumed_req_ids=set(), new_block_ids=[],
                                               num_computed_tokens=[]),
-        num_scheduled_tokens={},
+        num_scheduled_tokens={}, preempted_req_ids=None,
     )
     return c.build_connector_meta(out)
 

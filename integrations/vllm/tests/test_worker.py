@@ -16,7 +16,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  #
 
 from memkv_vllm import keys as K  # noqa: E402
 from memkv_vllm.connector import MemkvConnector, MemkvConnectorMetadata, Transfer  # noqa: E402
-from memkv_vllm.inflight import Loads  # noqa: E402
+from memkv_vllm.inflight import Loads, Saves  # noqa: E402
 from memkv_vllm.pages import LayerPages  # noqa: E402
 from memkv_vllm.settings import parse  # noqa: E402
 from memkv_vllm.store import Store  # noqa: E402
@@ -36,6 +36,8 @@ def worker(srv: MemkvServer, timeout_ms: int = 2000) -> MemkvConnector:
     c._pages = {name: LayerPages(name, c._kv[name], BLOCKS, PAGE) for name in LAYERS}
     c._failed_blocks = set()
     c._loads = Loads(c._fetch)
+    c._saves = Saves(c._put)
+    c._save_async = True
     c.stats = {"loaded_chunks": 0, "loaded_bytes": 0, "failed_chunks": 0,
                "saved_chunks": 0, "saved_bytes": 0, "save_failures": 0}
     return c
@@ -134,3 +136,79 @@ def test_shutdown_waits_for_a_background_load_writing_into_the_cache():
             assert time.monotonic() - t0 > 0.5  # the load's deadline ran out first
         finally:
             srv.resume()
+
+
+def save(c: MemkvConnector, transfers: list[Transfer]) -> float:
+    """Runs one step's wait_for_save; its duration in seconds."""
+    c.bind_connector_metadata(MemkvConnectorMetadata(saves=transfers))
+    t0 = time.monotonic()
+    c.wait_for_save()
+    return time.monotonic() - t0
+
+
+def fill(c: MemkvConnector, blocks: list[int]) -> None:
+    for h, block in zip(HASHES, blocks):
+        for layer in LAYERS:
+            c._kv[layer][block] = torch.frombuffer(bytearray(page(h, layer)), dtype=torch.uint8)
+
+
+def test_a_background_save_stores_the_pages_and_then_releases_the_finished_request():
+    with MemkvServer() as srv:
+        c = worker(srv)
+        fill(c, [5, 6, 7, 8])
+        save(c, [Transfer("r1", HASHES, [5, 6, 7, 8])])
+        # vLLM names r1 finished once, in the next step, then asks again each step.
+        released = c.get_finished({"r1"})[0]
+        deadline = time.monotonic() + 10
+        while not released:
+            assert time.monotonic() < deadline, "r1's blocks were never released"
+            time.sleep(0.005)
+            released = c.get_finished(set())[0]
+        assert released == {"r1"}
+        with memkv.Client(servers=[srv.address], auth_key=srv.auth_key) as client:
+            for h in HASHES:
+                for layer in LAYERS:
+                    assert client.get(K.chunk_key("ns", 0, h, layer)) == page(h, layer)
+        assert c.stats["saved_chunks"] == 4
+        # A request that saved nothing was never held: it is not reported.
+        assert c.get_finished({"r2"}) == (None, None)
+        c.shutdown()
+
+
+def test_a_stalled_server_holds_no_step_but_holds_the_finished_requests_blocks():
+    """A save to a server that stopped answering runs out its deadline in the background; the
+    step returns at once, and vLLM gets the request's blocks back only after the save ended.
+    Saved in the step, it held the whole batch's step for the deadline."""
+    with MemkvServer() as srv:
+        c = worker(srv, timeout_ms=1500)
+        fill(c, [5, 6, 7, 8])
+        srv.pause()
+        try:
+            assert save(c, [Transfer("r1", HASHES, [5, 6, 7, 8])]) < 0.5
+            assert c.get_finished({"r1"}) == (None, None)  # finished, its pages still read
+            t0 = time.monotonic()
+            while c.get_finished(set())[0] != {"r1"}:
+                assert time.monotonic() - t0 < 10, "r1's blocks were never released"
+                time.sleep(0.005)
+        finally:
+            srv.resume()
+        assert c.stats["save_failures"] == 4
+        c.shutdown()
+
+
+def test_a_preempted_requests_saves_end_before_its_blocks_are_reused():
+    with MemkvServer() as srv:
+        c = worker(srv, timeout_ms=1000)
+        fill(c, [5, 6, 7, 8])
+        srv.pause()
+        try:
+            save(c, [Transfer("r1", HASHES, [5, 6, 7, 8])])
+            t0 = time.monotonic()
+            c.handle_preemptions(MemkvConnectorMetadata(preempted={"other"}))
+            assert time.monotonic() - t0 < 0.1  # no save of its own to wait for
+            c.handle_preemptions(MemkvConnectorMetadata(preempted={"r1"}))
+            assert time.monotonic() - t0 > 0.5  # waited for r1's save to end
+            assert c._saves.finished(set()) == set()  # preempted, not finished: nothing to report
+        finally:
+            srv.resume()
+        c.shutdown()
