@@ -30,6 +30,7 @@ def test_environment_is_left_to_the_memkv_client():
     ({"recompute_on_load_failure": "maybe"}, "'recompute_on_load_failure' must be true or false"),
     ({"recompute_on_load_failure": 2}, "'recompute_on_load_failure' must be true or false"),
     ({"load_async": "later"}, "'load_async' must be true or false"),
+    ({"save_async": 3}, "'save_async' must be true or false"),
     ({"lookup_wait_ms": -1}, "'lookup_wait_ms' must be from 0 to 1000"),
     ({"lookup_wait_ms": "inf"}, "'lookup_wait_ms' must be from 0 to 1000"),
     ({"lookup_wait_ms": 5000}, "'lookup_wait_ms' must be from 0 to 1000"),
@@ -56,6 +57,6 @@ def test_retry_after_s_accepts_numbers_as_text():
 
 def test_loads_are_asynchronous_and_lookups_wait_briefly_by_default():
     s = parse({}, {})
-    assert s.load_async is True and s.lookup_wait_ms == 5.0
+    assert s.load_async is True and s.save_async is True and s.lookup_wait_ms == 5.0
     s = parse({"load_async": "false", "lookup_wait_ms": "0"}, {})
     assert s.load_async is False and s.lookup_wait_ms == 0.0
