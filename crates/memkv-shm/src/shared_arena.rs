@@ -121,10 +121,14 @@ impl SharedArena {
         // Prefault the page tables of a small arena (or one in hugepages) now: otherwise every
         // first copy into or out of a page takes a fault, which a short-lived engine keeps
         // paying. A large arena in 4 KiB pages would cost page tables (0.2 % of its size) and
-        // seconds here, so it is left to fault in as it is used.
-        let page = std::os::unix::fs::MetadataExt::blksize(&file.metadata()?);
+        // seconds here, so it is left to fault in as it is used. So is an arena whose server
+        // has not allocated all of it (`memory.prefault: false`): prefaulting would allocate
+        // the rest, charged to this process's memory cgroup (an engine's container limit).
+        let meta = file.metadata()?;
+        let page = std::os::unix::fs::MetadataExt::blksize(&meta);
+        let allocated = std::os::unix::fs::MetadataExt::blocks(&meta).saturating_mul(512);
         let map = MmapOptions::new().len(len).map_raw(&file)?;
-        if announced <= POPULATE_MAX || page >= 2 << 20 {
+        if allocated >= announced && (announced <= POPULATE_MAX || page >= 2 << 20) {
             populate_in_steps(&map, len, page as usize);
         }
         Ok(SharedArena {
@@ -196,6 +200,33 @@ mod tests {
         let file = crate::arena_file::create("memkv-test", len, None).unwrap();
         let fd = file.as_fd().try_clone_to_owned().unwrap();
         (file, SharedArena::map(fd, len).unwrap())
+    }
+
+    fn allocated_bytes(file: &File) -> u64 {
+        std::os::unix::fs::MetadataExt::blocks(&file.metadata().unwrap()) * 512
+    }
+
+    #[test]
+    fn mapping_allocates_none_of_an_arena_its_server_left_unallocated() {
+        // A server with `memory.prefault: false`: prefaulting it here would allocate the whole
+        // arena, charged to the client's memory cgroup.
+        let (file, a) = arena(8 << 20);
+        assert_eq!(allocated_bytes(&file), 0);
+        a.write(0, &[1u8; 4096]).unwrap();
+        assert_eq!(allocated_bytes(&file), 4096, "only the page written is allocated");
+    }
+
+    #[test]
+    fn an_arena_its_server_allocated_is_mapped_and_used_as_before() {
+        let file = crate::arena_file::create("memkv-test", 8 << 20, None).unwrap();
+        // The server's prefault, as MADV_POPULATE_WRITE or first writes leave it.
+        rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, 8 << 20).unwrap();
+        assert_eq!(allocated_bytes(&file), 8 << 20);
+        let a = SharedArena::map(file.as_fd().try_clone_to_owned().unwrap(), 8 << 20).unwrap();
+        let mut back = [7u8; 64];
+        a.read(4 << 20, &mut back).unwrap();
+        assert_eq!(back, [0u8; 64]);
+        assert_eq!(allocated_bytes(&file), 8 << 20);
     }
 
     #[test]
