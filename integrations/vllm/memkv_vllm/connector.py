@@ -68,6 +68,9 @@ logger = logging.getLogger("vllm.memkv_vllm")
 # A lookup's answer is reused while the request waits to be admitted (vLLM asks again each step
 # it cannot allocate the blocks), but not for longer than this: memkv may have gained chunks.
 LOOKUP_FRESH_S = 1.0
+# A lookup still unanswered after this long claims nothing: the request is computed rather than
+# held back for a slow memkv (its calls may take up to their deadline, seconds by default).
+LOOKUP_PATIENCE_S = 1.0
 
 
 @dataclass
@@ -99,9 +102,11 @@ class _Request:
     block_ids: list[int] = field(default_factory=list)
     saved_upto: int = 0  # chunks below this are in memkv (found there or saved)
     lookup: Future[int] | None = None  # the lookup running for this request
+    lookup_started: float = 0.0
     found: int | None = None  # its answer, until the request is admitted or it goes stale
     found_at: float = 0.0
     load_async: bool = False  # the hit was claimed for an asynchronous load
+    loading_from: int | None = None  # first chunk of an asynchronous load, until scheduled
     saving: bool = False  # saves were planned: with save_async its blocks wait for them
 
 
@@ -138,6 +143,7 @@ class MemkvConnector(KVConnectorBase_V1):
                 f"memkv_vllm: the model has {len(groups)} KV cache groups; MemkvConnector "
                 "supports one (plain attention models, hybrid KV cache manager off)"
             )
+        refuse_unsupported_group(groups[0])
         tc = self._kv_transfer_config
         self._settings = parse(tc.kv_connector_extra_config, os.environ)
         spec = groups[0].kv_cache_spec
@@ -175,7 +181,9 @@ class MemkvConnector(KVConnectorBase_V1):
         self._save_async = self._settings.save_async
         if role == KVConnectorRole.SCHEDULER:
             self._requests: dict[str, _Request] = {}
-            self._lookups = Lookups(self._lookup, self._settings.lookup_wait_ms / 1e3)
+            self._lookups = Lookups(self._lookup)
+            self._lookup_wait_s = self._settings.lookup_wait_ms / 1e3
+            self._wait_left = self._lookup_wait_s  # this scheduling step's, all requests together
             self._background_loads: list[Transfer] = []
             if self._settings.recompute_on_load_failure and tc.kv_load_failure_policy == "fail":
                 # A cache miss or a lost server must cost recomputation, never a failed request.
@@ -218,24 +226,42 @@ class MemkvConnector(KVConnectorBase_V1):
             parts.append(f"salt:{salt}")
         return K.chain_seed(parts)
 
-    def get_num_new_matched_tokens(
-        self, request: Request, num_computed_tokens: int
-    ) -> tuple[int | None, bool]:
+    def on_new_request(self, request: Request) -> None:
+        # Ask memkv as the request arrives: the answer is usually there by the time vLLM
+        # gets to the request, however long it waited in the queue.
+        st = self._state(request)
+        if st is not None and st.lookup is None:
+            self._start_lookup(st)
+
+    def _state(self, request: Request) -> _Request | None:
+        """The request's state, made on first sight; None for requests never cached."""
         tokens = request.prompt_token_ids
         if not tokens or request.mm_features or getattr(request, "prompt_embeds", None) is not None:
             # Images and embeddings are not in the token hash chain: never cache them.
             self._requests.pop(request.request_id, None)
-            return 0, False
+            return None
         st = self._requests.get(request.request_id)
         if st is None:
             hashes = K.chunk_hashes(tokens, self._block_size, self._seed(request))
             st = _Request(hashes=hashes, loadable=(len(tokens) - 1) // self._block_size)
             self._requests[request.request_id] = st
+        return st
+
+    def get_num_new_matched_tokens(
+        self, request: Request, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        st = self._state(request)
+        if st is None:
+            return 0, False
         st.lookup_tokens = num_computed_tokens
         st.pending_load = None
         remote = self._remote_chunks(st)
         if remote is None:
             return None, False
+        if st.loading_from is not None:
+            # Its asynchronous load failed at its first chunk (vLLM sent the request back
+            # unscheduled): claiming the same chunks again would fail again, for ever.
+            remote = min(remote, st.loading_from)
         st.remote_chunks = remote
         st.saved_upto = remote
         if not self._may_load:
@@ -244,17 +270,32 @@ class MemkvConnector(KVConnectorBase_V1):
         st.load_async = self._load_async and matched > 0
         return matched, st.load_async
 
+    def _start_lookup(self, st: _Request) -> None:
+        st.lookup, st.lookup_started = self._lookups.start(st.hashes), time.monotonic()
+
     def _remote_chunks(self, st: _Request) -> int | None:
         """The leading chunks memkv holds, or None while the lookup runs."""
         now = time.monotonic()
         if st.found is not None and now - st.found_at < LOOKUP_FRESH_S:
             return st.found
-        just_started = st.lookup is None
         if st.lookup is None:
-            st.lookup = self._lookups.start(st.hashes)
-        found = self._lookups.answer(st.lookup, just_started)
-        if found is not None:
-            st.lookup, st.found, st.found_at = None, found, time.monotonic()
+            self._start_lookup(st)
+        assert st.lookup is not None
+        if not st.lookup.done() and self._wait_left > 0:
+            # One budget for the whole step: vLLM asks about every waiting request in it.
+            t0 = time.monotonic()
+            self._lookups.wait(st.lookup, self._wait_left)
+            self._wait_left -= time.monotonic() - t0
+        found = self._lookups.answer(st.lookup)
+        if found is None:
+            if st.found is not None:
+                return st.found  # stale, but better than holding the request while it refreshes
+            if time.monotonic() - st.lookup_started < LOOKUP_PATIENCE_S:
+                return None
+            st.lookup.cancel()
+            logger.debug("memkv_vllm: a lookup took over %.1f s; claiming nothing", LOOKUP_PATIENCE_S)
+            found = 0
+        st.lookup, st.found, st.found_at = None, found, time.monotonic()
         return found
 
     def _lookup(self, hashes: list[str]) -> int:
@@ -300,10 +341,12 @@ class MemkvConnector(KVConnectorBase_V1):
             Transfer(request.request_id, st.hashes[start:end], block_ids[start:end], background=True)
         )
         st.saved_upto = max(st.saved_upto, end)
+        st.loading_from = start
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
         meta = MemkvConnectorMetadata()
         meta.loads, self._background_loads = self._background_loads, []
+        self._wait_left = self._lookup_wait_s  # the step is planned: the next one's budget
         if self._save_async:
             meta.preempted = set(scheduler_output.preempted_req_ids or ())
         scheduled = scheduler_output.num_scheduled_tokens
@@ -312,6 +355,10 @@ class MemkvConnector(KVConnectorBase_V1):
             if st is None:
                 continue
             st.block_ids = list(new.block_ids[0])
+            if st.loading_from is not None:
+                # Out of its asynchronous load: where that failed part-way, vLLM recomputes
+                # from the failed chunk on, and those chunks are saved over what memkv held.
+                st.saved_upto = min(st.saved_upto, new.num_computed_tokens // self._block_size)
             self._plan(new.req_id, st, new.num_computed_tokens + scheduled.get(new.req_id, 0), meta)
         cached = scheduler_output.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
@@ -328,6 +375,7 @@ class MemkvConnector(KVConnectorBase_V1):
         return meta
 
     def _plan(self, req_id: str, st: _Request, computed_after: int, meta: MemkvConnectorMetadata) -> None:
+        st.loading_from = None  # scheduled: any asynchronous load of it is over
         if st.pending_load is not None:
             start, end = st.pending_load
             st.pending_load = None
@@ -349,6 +397,8 @@ class MemkvConnector(KVConnectorBase_V1):
         # otherwise saves end inside the step that computed them, so the blocks can go now.
         # (vLLM itself keeps a request's blocks while an asynchronous load into them runs.)
         st = self._requests.pop(request.request_id, None)
+        if st is not None and st.lookup is not None:
+            st.lookup.cancel()  # not to run ahead of the live requests' lookups
         return self._save_async and st is not None and st.saving, None
 
     # ------------------------------------------------------------------ worker side
@@ -501,6 +551,26 @@ class MemkvConnector(KVConnectorBase_V1):
         else:
             self._lookups.close()
         self._store.close()
+
+
+def refuse_unsupported_group(group: Any) -> None:
+    """Refuses a KV cache group whose blocks vLLM frees while their request runs (sliding
+    window, chunked local attention, Mamba state): a background save could read blocks that
+    were handed to another request, and a load could target blocks already let go. Full
+    attention keeps every block (so do sliding-window layers folded into it, as vLLM does with
+    its hybrid manager off)."""
+    from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager
+    from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
+
+    spec = group.kv_cache_spec
+    manager = KVCacheSpecRegistry.get_manager_class(spec, getattr(group, "role", None))
+    if manager is not FullAttentionManager:
+        raise ValueError(
+            f"memkv_vllm: MemkvConnector supports full-attention KV caches; this model's is "
+            f"{type(spec).__name__}, managed by {getattr(manager, '__name__', manager)}, which "
+            "frees blocks while their request runs (use memkv as a tier of vLLM's "
+            "OffloadingConnector, MemkvTier, for such models)"
+        )
 
 
 def _tp_rank() -> int:

@@ -19,23 +19,26 @@ logger = logging.getLogger("vllm.memkv_vllm")
 
 
 class Lookups:
-    """The scheduler's lookups, run ``threads`` at a time; a caller waits at most ``wait_s``
-    when it starts one and only polls after that."""
+    """The scheduler's lookups, run ``threads`` at a time, each answered when it ends."""
 
-    def __init__(self, lookup: Callable[[list[str]], int], wait_s: float, threads: int = 2) -> None:
+    def __init__(self, lookup: Callable[[list[str]], int], threads: int = 4) -> None:
         self._lookup = lookup
-        self._wait_s = wait_s
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="memkv-lookup")
 
     def start(self, hashes: list[str]) -> Future[int]:
         return self._pool.submit(self._lookup, hashes)
 
-    def answer(self, lookup: Future[int], just_started: bool) -> int | None:
+    @staticmethod
+    def wait(lookup: Future[int], seconds: float) -> None:
+        wait([lookup], timeout=seconds)
+
+    @staticmethod
+    def answer(lookup: Future[int]) -> int | None:
         """The lookup's hit, or None while it runs; a lookup that raised found nothing."""
-        if just_started and self._wait_s > 0:
-            wait([lookup], timeout=self._wait_s)
         if not lookup.done():
             return None
+        if lookup.cancelled():
+            return 0
         error = lookup.exception()
         if error is not None:
             logger.warning("memkv_vllm: a lookup failed unexpectedly (%s: %s); claiming nothing",

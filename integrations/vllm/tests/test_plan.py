@@ -28,7 +28,8 @@ def scheduler(held: int, may_load=True, may_save=True, load_async=False, save_as
     c._save_async = save_async
     c._background_loads = []
     c._lookup = lookup or (lambda hashes: min(held, len(hashes)))
-    c._lookups = Lookups(c._lookup, wait_s)
+    c._lookups = Lookups(c._lookup)
+    c._lookup_wait_s = c._wait_left = wait_s
     return c
 
 
@@ -254,3 +255,100 @@ def test_a_lookup_that_raises_claims_nothing():
 
     c, req = scheduler(held=0, lookup=broken), request(1000)
     assert c.get_num_new_matched_tokens(req, 0) == (0, False)
+
+
+def test_an_async_load_that_failed_at_its_first_chunk_is_not_claimed_again():
+    """vLLM sends a request whose asynchronous load failed at its first block back to be
+    looked up, unscheduled. Claiming the same chunks again failed again, for ever (found by a
+    review against vLLM's scheduler: the request stayed WAITING_FOR_REMOTE_KVS)."""
+    c, req = scheduler(held=15, load_async=True), request(4000)
+    assert c.get_num_new_matched_tokens(req, 0) == (15 * BS, True)
+    c.update_state_after_alloc(req, Blocks(list(range(200, 232))), 15 * BS)
+    assert len(step_without(c).loads) == 1
+    # The load failed at block 200: vLLM frees the blocks and asks again.
+    for _ in range(3):
+        assert c.get_num_new_matched_tokens(req, 0) == (0, False)
+    c.update_state_after_alloc(req, Blocks(list(range(300, 332))), 0)
+    meta = step(c, req, 0, 4000, list(range(300, 332)))
+    # Computed this time, and saved over the chunks memkv could not give.
+    assert meta.loads == [] and [t.block_ids for t in meta.saves] == [list(range(300, 331))]
+
+
+def test_chunks_recomputed_after_a_partly_failed_async_load_are_saved_again():
+    c, req = scheduler(held=15, load_async=True), request(4000)
+    c.get_num_new_matched_tokens(req, 0)
+    c.update_state_after_alloc(req, Blocks(list(range(200, 232))), 15 * BS)
+    step_without(c)
+    # Chunks 0-5 loaded, chunk 6 failed: vLLM computes from chunk 6 on.
+    c.update_state_after_alloc(req, Blocks(list(range(200, 232))), 0)
+    meta = step(c, req, 6 * BS, 4000 - 6 * BS, list(range(200, 232)))
+    assert [t.block_ids for t in meta.saves] == [list(range(206, 231))]
+
+
+def test_one_steps_lookups_share_one_wait():
+    """vLLM asks about every waiting request in one step; each new one used to wait
+    lookup_wait_ms, so 100 new requests held the step for 100 waits."""
+    release = threading.Event()
+    c = scheduler(held=0, lookup=lambda hashes: release.wait(10) and 1, wait_s=0.05)
+    t0 = time.monotonic()
+    for i in range(20):
+        assert c.get_num_new_matched_tokens(request(1000, rid=f"r{i}"), 0) == (None, False)
+    assert time.monotonic() - t0 < 0.5  # one 50 ms budget, not 20 of them
+    step_without(c)  # the next step has a budget of its own
+    t0 = time.monotonic()
+    c.get_num_new_matched_tokens(request(1000, rid="r0"), 0)
+    assert time.monotonic() - t0 >= 0.04
+    release.set()
+
+
+def test_a_lookup_started_on_arrival_is_answered_when_vllm_gets_to_the_request():
+    calls = []
+    c, req = scheduler(held=0, lookup=lambda hashes: calls.append(1) or 4, wait_s=0.0), request(1000)
+    c.on_new_request(req)
+    time.sleep(0.2)  # the request waits in vLLM's queue
+    assert c.get_num_new_matched_tokens(req, 0) == (4 * BS, False)  # no wait, no second ask
+    assert len(calls) == 1
+
+
+def test_a_lookup_pending_too_long_claims_nothing(monkeypatch):
+    release = threading.Event()
+    c, req = scheduler(held=0, lookup=lambda hashes: release.wait(10) and 5, wait_s=0.0), request(1000)
+    monkeypatch.setattr(connector_module, "LOOKUP_PATIENCE_S", 0.05)
+    assert c.get_num_new_matched_tokens(req, 0) == (None, False)
+    time.sleep(0.1)
+    assert c.get_num_new_matched_tokens(req, 0) == (0, False)  # computed, not held back
+    release.set()
+
+
+def test_a_stale_answer_serves_while_it_is_refreshed(monkeypatch):
+    answers = iter([2, 6])
+    c = scheduler(held=0, lookup=lambda hashes: next(answers), wait_s=1.0)
+    req = request(1000)
+    assert c.get_num_new_matched_tokens(req, 0) == (2 * BS, False)
+    monkeypatch.setattr(connector_module, "LOOKUP_FRESH_S", 0.0)
+    assert c.get_num_new_matched_tokens(req, 0) == (6 * BS, False)  # refreshed within the wait
+
+
+def test_a_finished_request_cancels_its_queued_lookup():
+    release = threading.Event()
+    c = scheduler(held=0, lookup=lambda hashes: release.wait(10) and 1, wait_s=0.0)
+    for i in range(6):  # four run, two wait in the queue
+        c.on_new_request(request(1000, rid=f"r{i}"))
+    queued = c._requests["r5"].lookup
+    c.request_finished(request(1000, rid="r5"), [])
+    assert queued.cancelled()
+    release.set()
+
+
+def test_kv_caches_whose_blocks_vllm_frees_while_requests_run_are_refused():
+    import torch
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
+
+    from memkv_vllm.connector import refuse_unsupported_group
+
+    shape = dict(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.bfloat16)
+    refuse_unsupported_group(KVCacheGroupSpec(["l0"], FullAttentionSpec(**shape)))
+    # Sliding-window layers folded into full attention (vLLM's hybrid manager off) keep blocks.
+    refuse_unsupported_group(KVCacheGroupSpec(["l0"], FullAttentionSpec(**shape, sliding_window=64)))
+    with pytest.raises(ValueError, match="SlidingWindowSpec"):
+        refuse_unsupported_group(KVCacheGroupSpec(["l0"], SlidingWindowSpec(**shape, sliding_window=64)))
