@@ -11,11 +11,12 @@ vLLM makes two instances: one in the scheduler (looks prompts up, plans loads an
 in each worker (moves the bytes). A chunk is one vLLM KV block of prompt tokens; it is stored
 as one memkv value per (rank, layer), keyed as described in ``keys.py``.
 
-* Scheduler: ``get_num_new_matched_tokens`` asks memkv (one ``exists_many``, on a thread of
-  its own) which leading chunks it holds on every rank and layer, and claims those beyond what
-  vLLM has locally, leaving at least the prompt's last token to compute (vLLM needs its
-  logits). A lookup not answered within ``lookup_wait_ms`` answers None ("ask again"): vLLM
-  schedules the other requests and asks again next step.
+* Scheduler: memkv is asked (one ``exists_many``, on the connector's lookup threads, started
+  as the request arrives) which leading chunks it holds on every rank and layer;
+  ``get_num_new_matched_tokens`` claims those beyond what vLLM has locally, leaving at least
+  the prompt's last token to compute (vLLM needs its logits). A scheduling step waits at most
+  ``lookup_wait_ms`` for lookups in all; a request whose lookup is still running answers None
+  ("ask again"), and one unanswered after ``LOOKUP_PATIENCE_S`` claims nothing.
 * Worker: the claimed blocks are filled with one ``get_many_into`` straight into the paged
   cache. With ``load_async`` (the default) the load runs on a thread of its own while vLLM's
   steps go on for the other requests; the request waits for it (vLLM's
