@@ -65,20 +65,22 @@ class LoadJob:
     lengths: list[Any] | None = None
 
 
+# Jobs at once, each a step's batch that memkv spreads over its connections: more than one so
+# that a job waiting out its deadline on a stalled server does not hold up the next step's.
+JOB_THREADS = 2
+
+
 class Loads:
-    """Loads that run while vLLM's steps go on, one job at a time on one thread (memkv spreads
-    a job's values over its connections); ``finished`` hands back the jobs that ended."""
+    """Loads that run while vLLM's steps go on, on threads of their own; ``finished`` hands
+    back the jobs that ended."""
 
     def __init__(self, fetch: Callable[[LoadJob], list[Any]]) -> None:
         self._fetch = fetch
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memkv-load")
+        self._pool = ThreadPoolExecutor(max_workers=JOB_THREADS, thread_name_prefix="memkv-load")
         self._lock = threading.Lock()
         self._done: list[LoadJob] = []
-        self._running = 0
 
     def submit(self, job: LoadJob) -> None:
-        with self._lock:
-            self._running += 1
         self._pool.submit(self._run, job)
 
     def _run(self, job: LoadJob) -> None:
@@ -89,17 +91,12 @@ class Loads:
                            len(job.keys), type(e).__name__, e)
             job.lengths = [None] * len(job.keys)
         with self._lock:
-            self._running -= 1
             self._done.append(job)
 
     def finished(self) -> list[LoadJob]:
         with self._lock:
             done, self._done = self._done, []
         return done
-
-    def in_flight(self) -> int:
-        with self._lock:
-            return self._running
 
     def close(self) -> None:
         # The jobs write into vLLM's KV cache: it must not be freed under them. Each memkv
@@ -118,8 +115,8 @@ class SaveJob:
 
 
 class Saves:
-    """Saves that run while vLLM's steps go on, one job at a time on their own thread (so
-    they never queue loads), reading pages straight from the KV cache.
+    """Saves that run while vLLM's steps go on, on threads of their own (so they never queue
+    loads), reading pages straight from the KV cache.
 
     vLLM keeps a block's pages as they are while its request runs; it frees them when the
     request finishes (held back here until its saves end: ``finished``) or is preempted (the
@@ -127,7 +124,7 @@ class Saves:
 
     def __init__(self, put: Callable[[SaveJob], None]) -> None:
         self._put = put
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memkv-save")
+        self._pool = ThreadPoolExecutor(max_workers=JOB_THREADS, thread_name_prefix="memkv-save")
         self._cond = threading.Condition()
         self._in_flight: dict[str, int] = {}  # request -> its save jobs not yet ended
         self._saved: set[str] = set()  # requests with saves: vLLM holds their blocks at finish

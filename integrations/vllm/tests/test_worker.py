@@ -4,6 +4,7 @@ out as vLLM's CPU build lays it out), in the step or in the background.
 The connector is built without vLLM's engine (no __init__); its store, pages and metadata are
 the real ones."""
 
+import threading
 import time
 
 import pytest
@@ -16,7 +17,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole  #
 
 from memkv_vllm import keys as K  # noqa: E402
 from memkv_vllm.connector import MemkvConnector, MemkvConnectorMetadata, Transfer  # noqa: E402
-from memkv_vllm.inflight import Loads, Saves  # noqa: E402
+from memkv_vllm.inflight import LoadJob, Loads, Saves  # noqa: E402
 from memkv_vllm.pages import LayerPages  # noqa: E402
 from memkv_vllm.settings import parse  # noqa: E402
 from memkv_vllm.store import Store  # noqa: E402
@@ -212,3 +213,28 @@ def test_a_preempted_requests_saves_end_before_its_blocks_are_reused():
         finally:
             srv.resume()
         c.shutdown()
+
+
+def test_a_load_stuck_on_a_stalled_server_does_not_hold_up_the_next():
+    """Each step's loads are one job; one waiting out its deadline (a stalled server) used to
+    hold every later job behind it, on the one loader thread. (The memkv call is a test double
+    here: a function that blocks for the first job.)"""
+    stuck = threading.Event()
+
+    def fetch(job):
+        if job.req_ids == ["stuck"]:
+            stuck.wait(10)
+        return [None] * len(job.keys)
+
+    loads = Loads(fetch)
+    loads.submit(LoadJob(["stuck"], True))
+    loads.submit(LoadJob(["next"], True))
+    deadline = time.monotonic() + 5
+    done = []
+    while not done:
+        assert time.monotonic() < deadline, "the second load waited for the first"
+        done = loads.finished()
+        time.sleep(0.005)
+    assert [j.req_ids for j in done] == [["next"]]
+    stuck.set()
+    loads.close()
