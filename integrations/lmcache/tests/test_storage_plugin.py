@@ -346,6 +346,40 @@ def test_lookups_and_gets_are_answered_while_every_put_thread_is_busy(manager, m
     assert backend.stats["put_failures"] == 0, dict(backend.stats)
 
 
+def test_lookups_are_answered_while_every_get_thread_is_busy(manager, monkeypatch):
+    """Lookups shared the get lane: a burst of loads (prefetches of long prompts) made the next
+    request's lookup wait behind them."""
+    put_and_wait(manager, [54])
+    backend = backend_of(manager)
+    release = threading.Event()
+    started = threading.Event()
+    get_many = backend._get_many
+
+    def held_get_many(*args, **kwargs):
+        started.set()
+        release.wait(60)
+        return get_many(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "_get_many", held_get_many)
+    gets = []
+    try:
+        for _ in range(6):  # more than io_threads (4): every get thread is busy
+            gets.append(backend.get_non_blocking(key(54)))
+        assert started.wait(DEADLINE_S)
+        limit = 5.0
+        hits = asyncio.run_coroutine_threadsafe(
+            backend.batched_async_contains("req-6", [key(54), key(55)]), manager.loop
+        ).result(limit)
+        assert hits == 1
+        assert not any(g.done() for g in gets)
+    finally:
+        release.set()
+    for g in gets:
+        obj = g.result(DEADLINE_S)
+        assert_chunk(obj, "c54")
+        obj.ref_count_down()
+
+
 def test_calls_racing_close_are_misses_not_exceptions(manager):
     put_and_wait(manager, [52])
     backend = backend_of(manager)
@@ -365,7 +399,7 @@ def test_calls_racing_close_are_misses_not_exceptions(manager):
 
     # A close() that has shut the lanes down after a call checked it was still open: a
     # lookup must still answer LMCache (which then answers its scheduler), not raise.
-    for executor in (backend._put_executor, backend._read_executor):
+    for executor in (backend._put_executor, backend._read_executor, backend._lookup_executor):
         executor.shutdown(wait=True)
     assert calls() == (0, [], None, None)
     assert not backend.exists_in_put_tasks(key(53))

@@ -14,11 +14,13 @@ with no header: gets allocate a full-chunk MemoryObj from LMCache's local CPU ba
 read into it in place and shrink it to the bytes that came back (the last chunk of a
 prompt is shorter), the way LMCache's own Mooncake connector does without chunk meta.
 
-Threads: ``io_threads`` (default 4) is the backend's whole pool, split into two lanes.
-Lookups (``batched_async_contains``) and non-blocking gets get the larger half, puts the
-rest, and at least one each (so ``io_threads: 1`` runs two threads). A burst of saves of
-a long prompt thus only fills the put lane: the next request's lookup, on the scheduler's
-path to its first token, and its load never wait behind them; saves may lag.
+Threads: ``io_threads`` (default 4) is split into two lanes: non-blocking gets get the
+larger half, puts the rest, and at least one each (so ``io_threads: 1`` runs two threads).
+Async lookups (``batched_async_contains``, on the scheduler's path to a request's first
+token) run on one more thread of their own: one ``exists_many`` each, a millisecond or so. A
+burst of saves of a long prompt thus only fills the put lane, and a burst of loads only the
+get lane: the next request's lookup waits behind neither, and its load not behind saves;
+saves may lag.
 """
 
 from __future__ import annotations
@@ -127,6 +129,9 @@ class MemKVStorageBackend(StoragePluginInterface):
         self._put_executor = ThreadPoolExecutor(
             max_workers=put_threads, thread_name_prefix="memkv-lmcache-put"
         )
+        self._lookup_executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="memkv-lmcache-lookup"
+        )
         self._lock = threading.Lock()
         self._put_tasks: set[CacheEngineKey] = set()
         # memkv has no pin: LMCache's pins are kept here so pin/unpin answer
@@ -138,8 +143,8 @@ class MemKVStorageBackend(StoragePluginInterface):
         if register and local_cpu_backend is not None:
             self._register_cpu_arena()
         logger.info(
-            "memkv storage plugin ready (%s), transport %s, I/O threads: %d for lookups and gets, "
-            "%d for puts, chunk %d bytes",
+            "memkv storage plugin ready (%s), transport %s, I/O threads: %d for gets, %d for "
+            "puts, 1 for lookups, chunk %d bytes",
             prefix.rstrip("."),
             self._client.transport,
             read_threads,
@@ -181,13 +186,16 @@ class MemKVStorageBackend(StoragePluginInterface):
         self._count(what, n)
         logger.warning("memkv %s failed: %s", what.replace("_failures", ""), err)
 
-    def _submit_read(self, fn: Callable[..., Any], *args: Any) -> Optional[Future]:
-        """Run a lookup or get on the read lane; None once close() has begun, so LMCache's
-        lookup gets a miss to answer its scheduler with rather than an exception."""
+    def _submit_read(
+        self, fn: Callable[..., Any], *args: Any, executor: Optional[ThreadPoolExecutor] = None
+    ) -> Optional[Future]:
+        """Run a get (or, on ``executor``, a lookup) off LMCache's thread; None once close()
+        has begun, so LMCache's lookup gets a miss to answer its scheduler with rather than an
+        exception."""
         if self._closed:
             return None
         try:
-            return self._read_executor.submit(fn, *args)
+            return (executor or self._read_executor).submit(fn, *args)
         except RuntimeError:  # executor shut down by a concurrent close()
             return None
 
@@ -324,7 +332,7 @@ class MemKVStorageBackend(StoragePluginInterface):
     async def batched_async_contains(
         self, lookup_id: str, keys: List[CacheEngineKey], pin: bool = False
     ) -> int:
-        future = self._submit_read(self.batched_contains, keys, pin)
+        future = self._submit_read(self.batched_contains, keys, pin, executor=self._lookup_executor)
         if future is None:
             return 0
         return await asyncio.wrap_future(future)
@@ -474,10 +482,10 @@ class MemKVStorageBackend(StoragePluginInterface):
         if self._closed:
             return
         self._closed = True
-        # Refuse new work on both lanes before waiting on either. Then let the puts and
-        # gets already submitted finish (each is bounded by the client's timeout), so the
+        # Refuse new work on every lane before waiting on any. Then let the puts and gets
+        # already submitted finish (each is bounded by the client's timeout), so the
         # MemoryObjs they hold are released before LMCache frees its arena.
-        executors = (self._put_executor, self._read_executor)
+        executors = (self._put_executor, self._read_executor, self._lookup_executor)
         for executor in executors:
             executor.shutdown(wait=False)
         for executor in executors:
