@@ -299,21 +299,28 @@ def test_concurrent_puts_and_gets_from_many_threads(manager):
     assert errors == []
 
 
+def hold(backend, method: str, monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """Makes ``backend.<method>`` wait until released (a slow save or load, as a test double
+    of a slow server): returns (started, release)."""
+    release = threading.Event()
+    started = threading.Event()
+    real = getattr(backend, method)
+
+    def held(*args, **kwargs):
+        started.set()
+        release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(backend, method, held)
+    return started, release
+
+
 def test_lookups_and_gets_are_answered_while_every_put_thread_is_busy(manager, monkeypatch):
     put_and_wait(manager, [50])
     backend = backend_of(manager)
     # A slow save, held until released: more batches than io_threads (4), so whatever
     # the split, every put thread is busy and more puts are queued behind them.
-    release = threading.Event()
-    started = threading.Event()
-    put_many = backend._put_many
-
-    def held_put_many(*args, **kwargs):
-        started.set()
-        release.wait(60)
-        return put_many(*args, **kwargs)
-
-    monkeypatch.setattr(backend, "_put_many", held_put_many)
+    started, release = hold(backend, "_put_many", monkeypatch)
     held_ids = list(range(60, 68))
     futures = []
     try:
@@ -351,16 +358,7 @@ def test_lookups_are_answered_while_every_get_thread_is_busy(manager, monkeypatc
     request's lookup wait behind them."""
     put_and_wait(manager, [54])
     backend = backend_of(manager)
-    release = threading.Event()
-    started = threading.Event()
-    get_many = backend._get_many
-
-    def held_get_many(*args, **kwargs):
-        started.set()
-        release.wait(60)
-        return get_many(*args, **kwargs)
-
-    monkeypatch.setattr(backend, "_get_many", held_get_many)
+    started, release = hold(backend, "_get_many", monkeypatch)
     gets = []
     try:
         for _ in range(6):  # more than io_threads (4): every get thread is busy
