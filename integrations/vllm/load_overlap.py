@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from e2e import make_model, prompts, run_engine
+from e2e import make_llm, make_model, prompts, run_engine
 
 BLOCK = 128
 
@@ -30,8 +30,6 @@ def engine(spec: dict) -> dict:
     """Runs in a fresh process: R decodes, P arrives after ``settle`` of R's tokens."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
-
-    from e2e import make_llm
 
     llm = make_llm(spec)
     core = llm.llm_engine

@@ -97,7 +97,6 @@ class _Request:
 
     hashes: list[str]  # every whole prompt chunk
     loadable: int  # chunks that may be loaded: whole chunks before the prompt's last token
-    remote_chunks: int = 0  # leading chunks memkv held at lookup
     lookup_tokens: int = 0  # tokens vLLM had computed locally at lookup
     pending_load: tuple[int, int] | None = None  # chunk range to load in the next step
     block_ids: list[int] = field(default_factory=list)
@@ -263,7 +262,6 @@ class MemkvConnector(KVConnectorBase_V1):
             # Its asynchronous load failed at its first chunk (vLLM sent the request back
             # unscheduled): claiming the same chunks again would fail again, for ever.
             remote = min(remote, st.loading_from)
-        st.remote_chunks = remote
         st.saved_upto = remote
         if not self._may_load:
             return 0, False

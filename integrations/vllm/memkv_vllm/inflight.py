@@ -2,8 +2,9 @@
 
 vLLM's scheduler asks for a request's hit on its own thread, and the worker runs the whole
 batch's step around its loads: a memkv call that waits there (a slow or stalled server, a large
-load) holds every request in the engine, not only the one it is for. So lookups and
-asynchronous loads run on threads of their own, and the step only collects what has finished.
+load or save) holds every request in the engine, not only the one it is for. So lookups,
+asynchronous loads and saves run on threads of their own, and the step only collects what has
+finished.
 """
 
 from __future__ import annotations

@@ -321,12 +321,28 @@ def test_a_lookup_pending_too_long_claims_nothing(monkeypatch):
 
 
 def test_a_stale_answer_serves_while_it_is_refreshed(monkeypatch):
-    answers = iter([2, 6])
-    c = scheduler(held=0, lookup=lambda hashes: next(answers), wait_s=1.0)
-    req = request(1000)
+    refreshing = threading.Event()
+    calls = []
+
+    def lookup(hashes):
+        calls.append(1)
+        if len(calls) > 1:  # the refresh, held until released
+            refreshing.wait(10)
+            return 6
+        return 2
+
+    c, req = scheduler(held=0, lookup=lookup, wait_s=0.05), request(1000)
     assert c.get_num_new_matched_tokens(req, 0) == (2 * BS, False)
     monkeypatch.setattr(connector_module, "LOOKUP_FRESH_S", 0.0)
-    assert c.get_num_new_matched_tokens(req, 0) == (6 * BS, False)  # refreshed within the wait
+    step_without(c)  # a new step, a new wait budget
+    # The refresh is held: the old answer serves meanwhile, no "ask again".
+    assert c.get_num_new_matched_tokens(req, 0) == (2 * BS, False)
+    refreshing.set()
+    deadline = time.monotonic() + 5
+    while c.get_num_new_matched_tokens(req, 0) != (6 * BS, False):
+        assert time.monotonic() < deadline, "the refreshed answer never came"
+        time.sleep(0.005)
+    assert len(calls) == 2
 
 
 def test_a_finished_request_cancels_its_queued_lookup():
