@@ -107,6 +107,7 @@ class _Request:
     found_at: float = 0.0
     load_async: bool = False  # the hit was claimed for an asynchronous load
     loading_from: int | None = None  # first chunk of an asynchronous load, until scheduled
+    loaded_in_step: tuple[int, int] | None = None  # chunks of its last load in the step
     saving: bool = False  # saves were planned: with save_async its blocks wait for them
 
 
@@ -368,10 +369,26 @@ class MemkvConnector(KVConnectorBase_V1):
             if req_id in cached.resumed_req_ids:
                 # After preemption vLLM hands over the request's whole block list again.
                 st.block_ids = list(new_blocks[0]) if new_blocks else []
+                st.loaded_in_step = None  # looked up afresh, so saved_upto is too
             elif new_blocks:
                 st.block_ids.extend(new_blocks[0])
+            self._after_load_in_step(st, cached.num_computed_tokens[i])
             self._plan(req_id, st, cached.num_computed_tokens[i] + scheduled.get(req_id, 0), meta)
         return meta
+
+    def _after_load_in_step(self, st: _Request, computed: int) -> None:
+        """Where a load in the step failed, vLLM moved the request's computed tokens back to
+        the first failed block and recomputes from there; those chunks are then saved again,
+        over what memkv could not give. (Under async scheduling the step right after the load
+        may still show the computed tokens from before vLLM heard of the failure, so the load
+        is remembered until the request is seen short of its end, or preempted.)"""
+        if st.loaded_in_step is None:
+            return
+        start, end = st.loaded_in_step
+        chunk = computed // self._block_size
+        if chunk < end:
+            st.saved_upto = min(st.saved_upto, max(chunk, start))
+            st.loaded_in_step = None
 
     def _plan(self, req_id: str, st: _Request, computed_after: int, meta: MemkvConnectorMetadata) -> None:
         st.loading_from = None  # scheduled: any asynchronous load of it is over
@@ -380,6 +397,7 @@ class MemkvConnector(KVConnectorBase_V1):
             st.pending_load = None
             if end > start:
                 meta.loads.append(Transfer(req_id, st.hashes[start:end], st.block_ids[start:end]))
+                st.loaded_in_step = (start, end)
             st.saved_upto = max(st.saved_upto, end)
         if not self._may_save:
             return

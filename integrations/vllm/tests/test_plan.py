@@ -285,6 +285,43 @@ def test_chunks_recomputed_after_a_partly_failed_async_load_are_saved_again():
     assert [t.block_ids for t in meta.saves] == [list(range(206, 231))]
 
 
+def test_chunks_recomputed_after_a_failed_load_in_the_step_are_saved_again():
+    """vLLM moves a request whose load in the step failed back to the failed block and
+    recomputes from there; those chunks used to stay unsaved, so a bad value failed every
+    later engine too."""
+    c, req = scheduler(held=15), request(4000)
+    c.get_num_new_matched_tokens(req, 0)
+    c.update_state_after_alloc(req, None, 15 * BS)
+    first = step(c, req, 15 * BS, 1000, list(range(32)))
+    assert [t.block_ids for t in first.loads] == [list(range(15))]
+    # Chunk 6 failed: vLLM's next step computes from chunk 6 on.
+    meta = cached_step(c, req, 6 * BS, 4000 - 6 * BS, [])
+    assert [t.block_ids for t in meta.saves] == [list(range(6, 31))]
+
+
+def test_a_failed_load_in_the_step_is_found_a_step_late_under_async_scheduling():
+    c, req = scheduler(held=15), request(4000)
+    c.get_num_new_matched_tokens(req, 0)
+    c.update_state_after_alloc(req, None, 15 * BS)
+    first = step(c, req, 15 * BS, 512, list(range(32)))
+    assert [t.block_ids for t in first.saves] == [list(range(15, 19))]
+    # Planned before vLLM heard of the failure: computed tokens as if the load had worked.
+    ahead = cached_step(c, req, 15 * BS + 512, 512, [])
+    assert [t.block_ids for t in ahead.saves] == [list(range(19, 23))]
+    behind = cached_step(c, req, 6 * BS, 1024, [])
+    assert [t.block_ids for t in behind.saves] == [list(range(6, 14))]
+
+
+def test_a_load_in_the_step_that_worked_saves_only_what_was_computed():
+    c, req = scheduler(held=15), request(4000)
+    c.get_num_new_matched_tokens(req, 0)
+    c.update_state_after_alloc(req, None, 15 * BS)
+    step(c, req, 15 * BS, 512, list(range(32)))
+    for computed in (15 * BS + 512, 15 * BS + 1024):
+        meta = cached_step(c, req, computed, 512, [])
+        assert all(t.block_ids[0] >= 15 for t in meta.saves)
+
+
 def test_one_steps_lookups_share_one_wait():
     """vLLM asks about every waiting request in one step; each new one used to wait
     lookup_wait_ms, so 100 new requests held the step for 100 waits."""
