@@ -16,7 +16,7 @@ as one memkv value per (rank, layer), keyed as described in ``keys.py``.
   ``get_num_new_matched_tokens`` claims those beyond what vLLM has locally, leaving at least
   the prompt's last token to compute (vLLM needs its logits). A scheduling step waits at most
   ``lookup_wait_ms`` for lookups in all; a request whose lookup is still running answers None
-  ("ask again"), and one unanswered after ``LOOKUP_PATIENCE_S`` claims nothing.
+  ("ask again"), and one unanswered after ``lookup_timeout_ms`` claims nothing.
 * Worker: the claimed blocks are filled with one ``get_many_into`` straight into the paged
   cache. With ``load_async`` (the default) the load runs on a thread of its own while vLLM's
   steps go on for the other requests; the request waits for it (vLLM's
@@ -69,9 +69,6 @@ logger = logging.getLogger("vllm.memkv_vllm")
 # A lookup's answer is reused while the request waits to be admitted (vLLM asks again each step
 # it cannot allocate the blocks), but not for longer than this: memkv may have gained chunks.
 LOOKUP_FRESH_S = 1.0
-# A lookup still unanswered after this long claims nothing: the request is computed rather than
-# held back for a slow memkv (its calls may take up to their deadline, seconds by default).
-LOOKUP_PATIENCE_S = 1.0
 
 
 @dataclass
@@ -184,6 +181,7 @@ class MemkvConnector(KVConnectorBase_V1):
             self._requests: dict[str, _Request] = {}
             self._lookups = Lookups(self._lookup)
             self._lookup_wait_s = self._settings.lookup_wait_ms / 1e3
+            self._lookup_timeout_s = self._settings.lookup_timeout_ms / 1e3
             self._wait_left = self._lookup_wait_s  # this scheduling step's, all requests together
             self._background_loads: list[Transfer] = []
             if self._settings.recompute_on_load_failure and tc.kv_load_failure_policy == "fail":
@@ -290,10 +288,10 @@ class MemkvConnector(KVConnectorBase_V1):
         if found is None:
             if st.found is not None:
                 return st.found  # stale, but better than holding the request while it refreshes
-            if time.monotonic() - st.lookup_started < LOOKUP_PATIENCE_S:
+            if time.monotonic() - st.lookup_started < self._lookup_timeout_s:
                 return None
             st.lookup.cancel()
-            logger.debug("memkv_vllm: a lookup took over %.1f s; claiming nothing", LOOKUP_PATIENCE_S)
+            logger.debug("memkv_vllm: a lookup took over %.3f s; claiming nothing", self._lookup_timeout_s)
             found = 0
         st.lookup, st.found, st.found_at = None, found, time.monotonic()
         return found

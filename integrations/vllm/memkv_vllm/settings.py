@@ -21,10 +21,14 @@ DEFAULT_RETRY_AFTER_S = 10.0
 # in the same step; a slower one is asked about again in later steps instead of holding the step.
 DEFAULT_LOOKUP_WAIT_MS = 5.0
 MAX_LOOKUP_WAIT_MS = 1000.0
+# A request whose lookup is unanswered this long is computed without memkv: it waits over
+# later steps, not inside one, so this bounds a request's delay, never the engine's.
+DEFAULT_LOOKUP_TIMEOUT_MS = 1000.0
+MAX_LOOKUP_TIMEOUT_MS = 60_000.0
 
 _CLIENT_KEYS = ("servers", "auth_key", "transport", "timeout_ms", "config")
 _OWN_KEYS = ("namespace", "model_id", "retry_after_s", "recompute_on_load_failure", "load_async",
-             "save_async", "lookup_wait_ms")
+             "save_async", "lookup_wait_ms", "lookup_timeout_ms")
 
 # Extra configs often come from templated JSON or the command line, where a flag arrives as
 # text: bool("false") would be True, so text is read by its words, not its truthiness.
@@ -78,6 +82,7 @@ class Settings:
     load_async: bool = True
     save_async: bool = True
     lookup_wait_ms: float = DEFAULT_LOOKUP_WAIT_MS
+    lookup_timeout_ms: float = DEFAULT_LOOKUP_TIMEOUT_MS
 
 
 def parse(
@@ -129,6 +134,15 @@ def parse(
     # The wait holds vLLM's scheduler: a large one would bring back the stall it exists to end.
     if lookup_wait > MAX_LOOKUP_WAIT_MS:
         raise ValueError(f"memkv_vllm: {source} 'lookup_wait_ms' must be {must}, got {lookup_wait!r}")
+    must = f"from 1 to {MAX_LOOKUP_TIMEOUT_MS:.0f} (milliseconds)"
+    lookup_timeout = _number(
+        extra.get("lookup_timeout_ms", DEFAULT_LOOKUP_TIMEOUT_MS),
+        "lookup_timeout_ms", source, float, 1.0, must,
+    )
+    if lookup_timeout > MAX_LOOKUP_TIMEOUT_MS:
+        raise ValueError(
+            f"memkv_vllm: {source} 'lookup_timeout_ms' must be {must}, got {lookup_timeout!r}"
+        )
     return Settings(
         client_kwargs=kwargs,
         namespace=str(extra.get("namespace", "")),
@@ -140,4 +154,5 @@ def parse(
         load_async=_flag(extra.get("load_async", True), "load_async", source),
         save_async=_flag(extra.get("save_async", True), "save_async", source),
         lookup_wait_ms=lookup_wait,
+        lookup_timeout_ms=lookup_timeout,
     )

@@ -19,7 +19,7 @@ BS = 128
 
 
 def scheduler(held: int, may_load=True, may_save=True, load_async=False, save_async=False,
-              lookup=None, wait_s=1.0) -> MemkvConnector:
+              lookup=None, wait_s=1.0, timeout_s=1.0) -> MemkvConnector:
     c = object.__new__(MemkvConnector)
     c._block_size = BS
     c._requests = {}
@@ -30,6 +30,7 @@ def scheduler(held: int, may_load=True, may_save=True, load_async=False, save_as
     c._lookup = lookup or (lambda hashes: min(held, len(hashes)))
     c._lookups = Lookups(c._lookup)
     c._lookup_wait_s = c._wait_left = wait_s
+    c._lookup_timeout_s = timeout_s
     return c
 
 
@@ -347,10 +348,10 @@ def test_a_lookup_started_on_arrival_is_answered_when_vllm_gets_to_the_request()
     assert len(calls) == 1
 
 
-def test_a_lookup_pending_too_long_claims_nothing(monkeypatch):
+def test_a_lookup_pending_too_long_claims_nothing():
     release = threading.Event()
-    c, req = scheduler(held=0, lookup=lambda hashes: release.wait(10) and 5, wait_s=0.0), request(1000)
-    monkeypatch.setattr(connector_module, "LOOKUP_PATIENCE_S", 0.05)
+    c = scheduler(held=0, lookup=lambda hashes: release.wait(10) and 5, wait_s=0.0, timeout_s=0.05)
+    req = request(1000)
     assert c.get_num_new_matched_tokens(req, 0) == (None, False)
     time.sleep(0.1)
     assert c.get_num_new_matched_tokens(req, 0) == (0, False)  # computed, not held back
