@@ -85,6 +85,8 @@ impl Shared {
         }
         let remote = match (c.transport(), c.rdma_fallback_reason()) {
             ("rdma", _) => format!("rdma over {}", c.rdma_rails().join(",")),
+            // Chosen, not fallen back to: "tcp (transport tcp)" would only repeat it.
+            (other, _) if self.configured == Transport::Tcp => other.to_owned(),
             (other, Some(why)) => format!("{other} ({why})"),
             (other, None) => other.to_owned(),
         };
