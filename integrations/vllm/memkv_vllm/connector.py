@@ -16,7 +16,7 @@ as one memkv value per (rank, layer), keyed as described in ``keys.py``.
   ``get_num_new_matched_tokens`` claims those beyond what vLLM has locally, leaving at least
   the prompt's last token to compute (vLLM needs its logits). A scheduling step waits at most
   ``lookup_wait_ms`` for lookups in all; a request whose lookup is still running answers None
-  ("ask again"), and one unanswered after ``lookup_timeout_ms`` claims nothing.
+  ("ask again"), and one unanswered after ``lookup_timeout_s`` claims nothing.
 * Worker: the claimed blocks are filled with one ``get_many_into`` straight into the paged
   cache. With ``load_async`` (the default) the load runs on a thread of its own while vLLM's
   steps go on for the other requests; the request waits for it (vLLM's
@@ -181,7 +181,7 @@ class MemkvConnector(KVConnectorBase_V1):
             self._requests: dict[str, _Request] = {}
             self._lookups = Lookups(self._lookup)
             self._lookup_wait_s = self._settings.lookup_wait_ms / 1e3
-            self._lookup_timeout_s = self._settings.lookup_timeout_ms / 1e3
+            self._lookup_timeout_s = self._settings.lookup_timeout_s
             self._wait_left = self._lookup_wait_s  # this scheduling step's, all requests together
             self._background_loads: list[Transfer] = []
             if self._settings.recompute_on_load_failure and tc.kv_load_failure_policy == "fail":

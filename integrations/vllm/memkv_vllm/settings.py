@@ -23,12 +23,13 @@ DEFAULT_LOOKUP_WAIT_MS = 5.0
 MAX_LOOKUP_WAIT_MS = 1000.0
 # A request whose lookup is unanswered this long is computed without memkv: it waits over
 # later steps, not inside one, so this bounds a request's delay, never the engine's.
-DEFAULT_LOOKUP_TIMEOUT_MS = 1000.0
-MAX_LOOKUP_TIMEOUT_MS = 60_000.0
+# MemKV's own vLLM integration calls this knob lookup_timeout_s; the name is kept.
+DEFAULT_LOOKUP_TIMEOUT_S = 1.0
+MAX_LOOKUP_TIMEOUT_S = 60.0
 
 _CLIENT_KEYS = ("servers", "auth_key", "transport", "timeout_ms", "config")
 _OWN_KEYS = ("namespace", "model_id", "retry_after_s", "recompute_on_load_failure", "load_async",
-             "save_async", "lookup_wait_ms", "lookup_timeout_ms")
+             "save_async", "lookup_wait_ms", "lookup_timeout_s")
 
 # Extra configs often come from templated JSON or the command line, where a flag arrives as
 # text: bool("false") would be True, so text is read by its words, not its truthiness.
@@ -82,7 +83,7 @@ class Settings:
     load_async: bool = True
     save_async: bool = True
     lookup_wait_ms: float = DEFAULT_LOOKUP_WAIT_MS
-    lookup_timeout_ms: float = DEFAULT_LOOKUP_TIMEOUT_MS
+    lookup_timeout_s: float = DEFAULT_LOOKUP_TIMEOUT_S
 
 
 def parse(
@@ -134,14 +135,14 @@ def parse(
     # The wait holds vLLM's scheduler: a large one would bring back the stall it exists to end.
     if lookup_wait > MAX_LOOKUP_WAIT_MS:
         raise ValueError(f"memkv_vllm: {source} 'lookup_wait_ms' must be {must}, got {lookup_wait!r}")
-    must = f"from 1 to {MAX_LOOKUP_TIMEOUT_MS:.0f} (milliseconds)"
+    must = f"more than 0 and at most {MAX_LOOKUP_TIMEOUT_S:.0f} (seconds)"
     lookup_timeout = _number(
-        extra.get("lookup_timeout_ms", DEFAULT_LOOKUP_TIMEOUT_MS),
-        "lookup_timeout_ms", source, float, 1.0, must,
+        extra.get("lookup_timeout_s", DEFAULT_LOOKUP_TIMEOUT_S),
+        "lookup_timeout_s", source, float, 0.0, must,
     )
-    if lookup_timeout > MAX_LOOKUP_TIMEOUT_MS:
+    if not 0 < lookup_timeout <= MAX_LOOKUP_TIMEOUT_S:
         raise ValueError(
-            f"memkv_vllm: {source} 'lookup_timeout_ms' must be {must}, got {lookup_timeout!r}"
+            f"memkv_vllm: {source} 'lookup_timeout_s' must be {must}, got {lookup_timeout!r}"
         )
     return Settings(
         client_kwargs=kwargs,
@@ -154,5 +155,5 @@ def parse(
         load_async=_flag(extra.get("load_async", True), "load_async", source),
         save_async=_flag(extra.get("save_async", True), "save_async", source),
         lookup_wait_ms=lookup_wait,
-        lookup_timeout_ms=lookup_timeout,
+        lookup_timeout_s=lookup_timeout,
     )
