@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
@@ -68,6 +69,9 @@ if TYPE_CHECKING:
     from vllm.v1.kv_offload.tiering.backpressure import BackpressureDetector
 
 logger = logging.getLogger("vllm.memkv_vllm")
+
+# Unanswered keys remembered before the old ones are dropped (a few hundred KiB).
+_ASKED_PRUNE_AT = 4096
 
 
 def _served_weights(
@@ -169,6 +173,7 @@ class MemkvTier(SecondaryTierManager):
         load_threads: int = 2,
         store_threads: int = 2,
         locality: str | None = "REMOTE",
+        lookup_timeout_s: float | None = None,
         backpressure_detector: BackpressureDetector | None = None,
     ) -> None:
         """Args beyond vLLM's own: memkv's client settings (``servers``, ``auth_key``,
@@ -178,8 +183,9 @@ class MemkvTier(SecondaryTierManager):
         ``revision`` (the served weights' quantization method, "none" when unquantized, and the
         model's revision: see ``_served_weights``; required where vLLM's config is not at hand),
         ``retry_after_s`` (back-off after a connection failure), ``load_threads`` /
-        ``store_threads`` (transfer threads) and ``locality`` (vLLM's tier filter; memkv is
-        ``REMOTE`` unless said otherwise)."""
+        ``store_threads`` (transfer threads), ``locality`` (vLLM's tier filter; memkv is
+        ``REMOTE`` unless said otherwise) and ``lookup_timeout_s`` (a chunk whose lookup is
+        unanswered this long is a miss, so its request is computed, not held back)."""
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         self.locality = Locality(locality.upper()) if locality else None
         if load_threads < 1 or store_threads < 1:
@@ -190,7 +196,7 @@ class MemkvTier(SecondaryTierManager):
         source = f"secondary tier '{tier_type}'"
         given = dict(
             servers=servers, auth_key=auth_key, transport=transport, timeout_ms=timeout_ms,
-            config=config, retry_after_s=retry_after_s,
+            config=config, retry_after_s=retry_after_s, lookup_timeout_s=lookup_timeout_s,
         )
         settings = parse({k: v for k, v in given.items() if v is not None}, os.environ, source)
 
@@ -230,6 +236,10 @@ class MemkvTier(SecondaryTierManager):
             self._store, self._rows, self.block_size_bytes, load_threads, store_threads
         )
         self._lookups = MemkvLookups(tier_type, self._store, self)
+        self._lookup_timeout_s = settings.lookup_timeout_s
+        # When each key still unanswered was first asked about: vLLM holds a request while
+        # its lookups answer RETRY, so after lookup_timeout_s a key answers MISS instead.
+        self._asked: dict[OffloadKey, float] = {}
         # Keys of promotions in flight, so a failed one can mark exactly its keys missing.
         self._load_keys: dict[JobId, list[OffloadKey]] = {}
         self._closed = False
@@ -248,7 +258,12 @@ class MemkvTier(SecondaryTierManager):
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         found = self._lookups.lookup(key, req_context)
         if found is None:
-            return LookupResult.RETRY
+            now = time.monotonic()
+            if now - self._asked.setdefault(key, now) < self._lookup_timeout_s:
+                return LookupResult.RETRY
+            found = False
+            logger.debug("memkv_vllm tier: a lookup took over %.3f s; a miss", self._lookup_timeout_s)
+        self._asked.pop(key, None)
         return LookupResult.HIT if found else LookupResult.MISS
 
     def submit_store(self, job_metadata: TransferJob) -> None:
@@ -290,6 +305,10 @@ class MemkvTier(SecondaryTierManager):
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
         self._lookups.flush()
+        if len(self._asked) > _ASKED_PRUNE_AT:
+            # Keys of requests that went away before their answer: nobody asks again.
+            old = time.monotonic() - 2 * self._lookup_timeout_s
+            self._asked = {k: t for k, t in self._asked.items() if t > old}
 
     def drain_jobs(self) -> None:
         self._transfers.drain()

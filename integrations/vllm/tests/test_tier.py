@@ -257,6 +257,27 @@ def test_a_frozen_server_costs_one_timeout_then_recovers(tiers):
         assert np.array_equal(buf[20:23], buf[0:3])
 
 
+def test_a_lookup_unanswered_past_lookup_timeout_s_is_a_miss(tiers):
+    """vLLM holds a request while its tier lookups answer RETRY; a frozen server must not hold
+    it for the client's whole deadline (5 s here) but for lookup_timeout_s."""
+    with MemkvServer() as s:
+        buf = primary_buffer()
+        tier = new_tier(tiers, module_path_tier(s, timeout_ms=5000, lookup_timeout_s=0.3), buf)
+        keys = offload_keys(2, salt=9)
+        fill_random(buf, [0, 1], seed=9)
+        store(tier, buf, keys, [0, 1])
+        s.pause()
+        try:
+            ctx = ReqContext(req_id="slow")
+            t0 = time.monotonic()
+            assert resolve(tier, keys[0], ctx, deadline_s=3) is LookupResult.MISS
+            assert 0.3 <= time.monotonic() - t0 < 2
+        finally:
+            s.resume()
+        # Answered again once the server is: the next request finds the chunk.
+        assert resolve(tier, keys[1], ReqContext(req_id="later")) is LookupResult.HIT
+
+
 def test_drain_waits_for_every_job_and_shutdown_is_idempotent(srv, tiers):
     buf = primary_buffer()
     tier = new_tier(tiers, module_path_tier(srv, store_threads=1), buf)
@@ -282,6 +303,8 @@ def test_bad_tier_configs_are_named(srv):
         make_tier(module_path_tier(srv, timeout_ms=0), buf)
     with pytest.raises(TypeError, match="server"):
         make_tier(module_path_tier(srv, server="a:1"), buf)
+    with pytest.raises(ValueError, match="'lookup_timeout_s' must be more than 0"):
+        make_tier(module_path_tier(srv, lookup_timeout_s=0), buf)
 
 
 def test_vllm_tiering_manager_cascades_to_memkv_and_promotes_from_it(srv):
