@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Tuple
 
 import memkv
 import torch
@@ -28,9 +28,10 @@ from sglang.srt.mem_cache.hicache_storage import (
     HiCacheStorageExtraInfo,
 )
 
+from memkv_sglang.hybrid import HybridPools
 from memkv_sglang.keys import KeyScheme, pool_format
 from memkv_sglang.pages import ObjectRanges, group_objects, view_at
-from memkv_sglang.plain import PlainPages, kept_results
+from memkv_sglang.plain import PlainPages, failed_keys, group_all, kept_results
 
 logger = logging.getLogger(__name__)
 
@@ -103,15 +104,7 @@ def client_from_extra_config(extra: dict) -> "memkv.Client":
     )
 
 
-def _failed_keys(err: Exception, attempted: Sequence[str]) -> set:
-    """The keys a batch exception names; all of them when it names none."""
-    raw = getattr(err, "keys", None)
-    if not raw:
-        return set(attempted)
-    return {k.decode() if isinstance(k, (bytes, bytearray)) else str(k) for k in raw}
-
-
-class MemKVHiCacheStorage(PlainPages, HiCacheStorage):
+class MemKVHiCacheStorage(HybridPools, PlainPages, HiCacheStorage):
     def __init__(self, storage_config: HiCacheStorageConfig, kwargs: Optional[dict] = None):
         # SGLang's "dynamic" loader calls cls(storage_config, kwargs).
         if storage_config is None:
@@ -139,6 +132,7 @@ class MemKVHiCacheStorage(PlainPages, HiCacheStorage):
         self.client = client_from_extra_config(extra)
         self.mem_pool_host = None
         self._registered_view: Optional[memoryview] = None
+        self._init_hybrid()
         self._closed = False
         # Metrics, drained by get_stats (SGLang's StorageMetrics shape).
         self._metrics_lock = threading.Lock()
@@ -211,9 +205,14 @@ class MemKVHiCacheStorage(PlainPages, HiCacheStorage):
             names.extend(self.keys.page_objects(k))
         return names
 
+    def _kv_page_names(self, keys: List[str]) -> Tuple[List[str], int]:
+        """The KV objects of each page as this interface stores them, and how many per page."""
+        if self.interface_v1:
+            return self._object_names(keys), self.keys.objects_per_page
+        return [self.keys.flat_page(k) for k in keys], 1
+
     def _per_page(self, object_ok: List[bool]) -> List[bool]:
-        m = self.keys.objects_per_page
-        return [all(object_ok[i : i + m]) for i in range(0, len(object_ok), m)]
+        return group_all(object_ok, self.keys.objects_per_page)
 
     # ---- zero-copy interface ---------------------------------------------------------
 
@@ -240,7 +239,7 @@ class MemKVHiCacheStorage(PlainPages, HiCacheStorage):
             try:
                 self.client.put_many(items)
             except memkv.Error as e:
-                failed = _failed_keys(e, [names[i] for i in todo])
+                failed = failed_keys(e, [names[i] for i in todo])
                 logger.warning("memkv: %d of %d page objects not stored: %s", len(failed), len(items), e)
         ok = self._per_page([names[i] not in failed for i in range(len(names))])
         written = sum(objects[i].size for i in todo if names[i] not in failed)
@@ -294,16 +293,11 @@ class MemKVHiCacheStorage(PlainPages, HiCacheStorage):
         """How many pages, from the first, are stored (SGLang loads only a prefix)."""
         if not keys:
             return 0
-        if self.interface_v1:
-            names = self._object_names(keys)
-            found = self._exists_objects(names)
-            if found is None:
-                return 0
-            pages = self._per_page(found)
-        else:
-            pages = self._exists_objects([self.keys.flat_page(k) for k in keys])
-            if pages is None:
-                return 0
+        names, per_page = self._kv_page_names(keys)
+        found = self._exists_objects(names)
+        if found is None:
+            return 0
+        pages = group_all(found, per_page)
         return pages.index(False) if False in pages else len(pages)
 
     def exists(self, key: str) -> bool:

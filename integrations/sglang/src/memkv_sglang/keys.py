@@ -14,7 +14,13 @@ Layout (``{ns}`` is the namespace below):
 * zero-copy (v1) MLA: ``{ns}_{hash}_k`` once, because the latent cache is the
   same on every TP rank (only the storage writer rank stores it);
 * plain interface: ``{ns}_{hash}_{rank}_page`` (MHA) or ``{ns}_{hash}_page``
-  (MLA), one object holding SGLang's flat page (K and V together).
+  (MLA), one object holding SGLang's flat page (K and V together);
+* hybrid side pools (``batch_*_v2``): ``{ns}_{hash}[_{rank}]_{pool}-{format}_{part}``, where
+  ``{pool}`` is SGLang's pool name (``mamba``, ``swa``, ...), ``{format}`` what decides the
+  pool's bytes (layout, dtypes, layers) and ``{part}`` the object within the page (``k``,
+  ``v``, ``temporal``, ``conv0``, ``page``). ``{rank}`` is there when the pool is split
+  across TP ranks: always for MHA models, and for Mamba state and MHA-shaped pools of MLA
+  models (as ``{tp_rank}of{tp_size}``, since an MLA namespace carries no TP size).
 
 ``{rank}`` is the TP rank, followed by ``_{pp_rank}`` under pipeline
 parallelism and ``_cp{rank}of{size}`` under attention context parallelism.
@@ -29,6 +35,7 @@ not on its rank alone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -40,6 +47,8 @@ class KeyScheme:
     namespace: str
     rank_suffix: str  # "" for MLA without PP/DCP
     is_mla: bool
+    # The rank part of a side pool split across TP ranks (MLA models included).
+    sharded_suffix: str = ""
 
     @staticmethod
     def build(
@@ -73,7 +82,12 @@ class KeyScheme:
             rank.append(str(cfg.pp_rank))
         if cfg.attn_cp_size > 1:
             rank.append(f"cp{cfg.attn_cp_rank}of{cfg.attn_cp_size}")
-        return KeyScheme("_".join(parts), "_".join(rank), cfg.is_mla_model)
+        rank_suffix = "_".join(rank)
+        # MLA namespaces carry no TP size: a TP-split side pool names it with the rank.
+        sharded = (
+            "_".join([f"{cfg.tp_rank}of{cfg.tp_size}", *rank]) if cfg.is_mla_model else rank_suffix
+        )
+        return KeyScheme("_".join(parts), rank_suffix, cfg.is_mla_model, sharded)
 
     def _base(self, page_hash: str) -> str:
         base = f"{self.namespace}_{page_hash}"
@@ -94,6 +108,16 @@ class KeyScheme:
     def flat_page(self, page_hash: str) -> str:
         """The key of one flat page on the plain (non-v1) interface."""
         return f"{self._base(page_hash)}_page"
+
+    def side_page_objects(
+        self, page_hash: str, pool_tag: str, components: Sequence[str], sharded: bool
+    ) -> list[str]:
+        """Object keys of one page of a hybrid side pool (see the module docstring)."""
+        rank = self.sharded_suffix if sharded else self.rank_suffix
+        base = f"{self.namespace}_{page_hash}"
+        if rank:
+            base = f"{base}_{rank}"
+        return [f"{base}_{pool_tag}_{part}" for part in components]
 
 
 def pool_format(mem_pool_host) -> Optional[str]:

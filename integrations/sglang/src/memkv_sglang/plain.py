@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 import memkv
 import torch
@@ -35,6 +35,19 @@ def kept_results(err: "memkv.Error") -> Optional[List[Any]]:
     if err.results is None:
         return None
     return [None if isinstance(r, Exception) else r for r in err.results]
+
+
+def group_all(object_ok: Sequence[bool], per_page: int) -> List[bool]:
+    """Per page: whether every one of its ``per_page`` consecutive objects is ok."""
+    return [all(object_ok[i : i + per_page]) for i in range(0, len(object_ok), per_page)]
+
+
+def failed_keys(err: Exception, attempted: Sequence[str]) -> set:
+    """The keys a batch exception names; all of them when it names none."""
+    raw = getattr(err, "keys", None)
+    if not raw:
+        return set(attempted)
+    return {k.decode() if isinstance(k, (bytes, bytearray)) else str(k) for k in raw}
 
 
 class PlainPages:
