@@ -16,7 +16,9 @@ import pytest
 import torch
 from memkv.testing import MemkvServer
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+from sglang.srt.mem_cache.device_pool_info import MambaStateBufferInfo
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
 from sglang.srt.mem_cache.storage import StorageBackendFactory
@@ -153,6 +155,37 @@ def mla_host_pool(layout: str = "page_first", dtype=torch.bfloat16) -> MLATokenT
         pin_memory=False, device_capacity_tokens=device.size,
         start_layer=device.start_layer, end_layer=device.end_layer, target_layer_num=LAYERS,
     )
+
+
+def mamba_host_pool(
+    slots: int = 64, layout: str = "page_first", side_state: bool = False
+) -> MambaPoolHost:
+    """SGLang's Mamba state host pool (one state per slot, page_size 1) over small CPU
+    "device" state tensors: 2 layers, a float32 temporal state and one bf16 conv state;
+    ``side_state`` adds a per-slot extra checkpoint buffer, which SGLang's zero-copy page
+    ranges do not cover."""
+    extra = (torch.zeros(slots, 5, dtype=torch.float32),) if side_state else ()
+    info = MambaStateBufferInfo(
+        temporal=torch.zeros(2, slots, 4, 8, dtype=torch.float32),
+        conv=(torch.zeros(2, slots, 6, 3, dtype=torch.bfloat16),),
+        extra_checkpoint_buffers=extra,
+    )
+    return MambaPoolHost(
+        info, 2.0, 0, device_capacity=slots, pin_memory=False, layout=layout
+    )
+
+
+def fill_mamba(pool: MambaPoolHost, slots: torch.Tensor, seed: int) -> None:
+    """Random states into the given slots of a Mamba host pool."""
+    g = torch.Generator().manual_seed(seed)
+    for buf in (pool.temporal_buffer, *pool.conv_buffer, *pool.slot_state_buffers):
+        for i in slots.tolist():
+            buf[i] = torch.randn(buf[i].shape, generator=g).to(buf.dtype)
+
+
+def mamba_bytes(pool: MambaPoolHost, slots: torch.Tensor) -> list[bytes]:
+    """Each slot's state as SGLang's flat page, for bit-exact comparison."""
+    return [pool.get_data_page(i, flat=True).numpy().tobytes() for i in slots.tolist()]
 
 
 def fill_random(pool, host_indices: torch.Tensor, seed: int) -> None:

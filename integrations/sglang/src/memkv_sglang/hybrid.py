@@ -121,8 +121,9 @@ class HybridPools:
         transfers = [t for t in pool_transfers or [] if str(t.name) != PoolName.KV.value]
         for t in transfers:
             if t.hit_policy not in _POLICIES:
+                policy = getattr(t.hit_policy, "value", t.hit_policy)
                 raise NotImplementedError(
-                    f"memkv-sglang does not support hit policy {t.hit_policy!s} (pool "
+                    f"memkv-sglang does not support HiCache hit policy {policy!r} (pool "
                     f"{t.name!s}); only all_pages and trailing_pages"
                 )
         if not keys:
