@@ -261,8 +261,10 @@ def hybrid_prefetch(cc, kv, mamba, tokens, rid):
             loaded = ack.completed_tokens
 
 
-def test_hybrid_engine_restores_kv_and_mamba_state(server, model_name):
-    extra = dynamic_extra([server.address], server.auth_key, v1=True)
+@pytest.mark.parametrize("v1", [True, False], ids=["kv-v1", "kv-plain"])
+def test_hybrid_engine_restores_kv_and_mamba_state(server, model_name, v1):
+    """The KV pool moves by the interface interface_v1 picks, the Mamba state by v2."""
+    extra = dynamic_extra([server.address], server.auth_key, v1=v1)
     made = []
     try:
         writer, kv_a, mamba_a = hybrid_engine(extra, model_name)

@@ -151,6 +151,11 @@ class SidePool:
                     f"({kind.__name__}): it has neither zero-copy page ranges memkv "
                     f"understands nor a flat page ({e})"
                 ) from e
+            if flat_size <= 0:
+                raise ValueError(
+                    f"memkv-sglang cannot store HiCache pool {name!r} ({kind.__name__}): "
+                    "its pages hold no bytes (a logical pool)"
+                )
         # MLA KV and the pools that go with it are the same on every TP rank, and SGLang
         # lets only the first rank write them; Mamba state and any MHA-shaped pool are
         # split by heads, so each rank stores its own.
