@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional
 
 import memkv
 import torch
@@ -205,7 +205,7 @@ class MemKVHiCacheStorage(HybridPools, PlainPages, HiCacheStorage):
             names.extend(self.keys.page_objects(k))
         return names
 
-    def _kv_page_names(self, keys: List[str]) -> Tuple[List[str], int]:
+    def _kv_page_names(self, keys: list[str]) -> tuple[list[str], int]:
         """The KV objects of each page as this interface stores them, and how many per page."""
         if self.interface_v1:
             return self._object_names(keys), self.keys.objects_per_page

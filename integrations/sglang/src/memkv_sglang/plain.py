@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, List, Optional
 
 import memkv
 import torch
@@ -37,7 +38,7 @@ def kept_results(err: "memkv.Error") -> Optional[List[Any]]:
     return [None if isinstance(r, Exception) else r for r in err.results]
 
 
-def group_all(object_ok: Sequence[bool], per_page: int) -> List[bool]:
+def group_all(object_ok: Sequence[bool], per_page: int) -> list[bool]:
     """Per page: whether every one of its ``per_page`` consecutive objects is ok."""
     return [all(object_ok[i : i + per_page]) for i in range(0, len(object_ok), per_page)]
 
