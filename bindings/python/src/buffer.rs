@@ -63,22 +63,24 @@ impl ByteBuffer {
                 obj.get_type().name()?
             )));
         }
-        // PyBUF_SIMPLE: one contiguous run of unsigned bytes, whatever the item type (a numpy
-        // float array or a tensor's memory is moved as its bytes); exporters refuse it for
-        // non-contiguous memory. PyBUF_FORMAT as well, to refuse items that are Python
-        // objects: their bytes are pointers, and writing a value over them (or storing them)
-        // would corrupt the interpreter.
-        let simple = if writable {
-            ffi::PyBUF_SIMPLE | ffi::PyBUF_WRITABLE
+        // PyBUF_C_CONTIGUOUS: one C-contiguous run of `len` bytes from `buf`, whatever the
+        // item type (a numpy float array or a tensor's memory is moved as its bytes);
+        // exporters refuse it for non-contiguous memory. PyBUF_FORMAT as well, to refuse
+        // items that are Python objects: their bytes are pointers, and writing a value over
+        // them (or storing them) would corrupt the interpreter. Not PyBUF_SIMPLE: a
+        // memoryview refuses SIMPLE with FORMAT (a view cast to bytes has no item format),
+        // and taken without the format its objects went unseen.
+        let contiguous = if writable {
+            ffi::PyBUF_C_CONTIGUOUS | ffi::PyBUF_WRITABLE
         } else {
-            ffi::PyBUF_SIMPLE
+            ffi::PyBUF_C_CONTIGUOUS
         };
-        let view = match get_buffer(obj, simple | ffi::PyBUF_FORMAT) {
+        let view = match get_buffer(obj, contiguous | ffi::PyBUF_FORMAT) {
             Ok(view) => view,
             // Some exporters cannot describe their item type (numpy's datetime64 and
             // user-defined dtypes such as bfloat16): numpy's own object arrays can, so
             // such a buffer holds no Python objects, and is taken as bytes, as before.
-            Err(_) => get_buffer(obj, simple).map_err(|cause| {
+            Err(_) => get_buffer(obj, contiguous).map_err(|cause| {
                 let name = obj
                     .get_type()
                     .name()

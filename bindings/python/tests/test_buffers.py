@@ -26,8 +26,10 @@ OBJECT_ARRAY = textwrap.dedent(
     c.put("obj", b"\\x41" * 16)  # two object pointers' worth of 0x41 bytes
     arr = np.array([object(), object()], dtype=object)
     try:
-        if how == "get_into":
+        if how.startswith("get_into") and "memoryview" not in how:
             c.get_into("obj", arr)
+        elif how == "get_into a memoryview":
+            c.get_into("obj", memoryview(arr))
         elif how == "get_many_into":
             c.get_many_into(["obj"], [arr])
         else:
@@ -44,7 +46,15 @@ OBJECT_ARRAY = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("how", ["get_into", "get_many_into", "connector"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "get_into",
+        "get_into a memoryview",
+        "get_many_into",
+        "connector",
+    ],
+)
 def test_an_array_of_python_objects_is_not_a_destination(server: MemkvServer, how: str) -> None:
     """The bytes of a dtype=object array are object pointers: a value written over them
     would crash the interpreter (run in a child process, so that a crash fails the test)."""
@@ -69,6 +79,9 @@ def test_buffers_of_python_objects_are_refused_by_name(client: memkv.Client) -> 
         np.zeros(2, dtype=[("a", "O"), ("b", "<i4")]),
         (ctypes.py_object * 2)(),
     ]
+    # A memoryview refuses a plain-bytes export that also asks for the item format (it
+    # cannot be both): its items are seen only through a contiguous export with the format.
+    objects += [memoryview(obj) for obj in objects]
     client.put("objects/k", bytes(64))
     for obj in objects:
         with pytest.raises(BufferError, match="value: .*Python objects"):
