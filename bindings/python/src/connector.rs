@@ -149,17 +149,36 @@ pub struct MemkvConnector {
     shared: Shared,
     completions: Arc<Completions>,
     next_id: AtomicU64,
-    running: Mutex<Vec<JoinHandle<()>>>,
+    running: Mutex<Running>,
+}
+
+/// The batches in flight, and whether `close` has ended them.
+#[derive(Default)]
+struct Running {
+    batches: Vec<JoinHandle<()>>,
+    /// Set by `close` once no batch is left to wait for: a later submit is refused. `close`
+    /// waits with the GIL released, and a batch another thread submitted meanwhile that it
+    /// did not wait for went on writing into its buffers after `close` returned, its
+    /// completion (the only word that the memory is free) dropped with the eventfd.
+    closed: bool,
 }
 
 impl MemkvConnector {
     /// Runs `work` (which owns the batch's buffers) and completes future `id` with its outcome,
     /// releasing the buffers first: a completion tells the caller its memory is free again.
-    fn spawn<B, F>(&self, work: F) -> u64
+    /// Refused once `close` has run.
+    fn spawn<B, F>(&self, work: F) -> PyResult<u64>
     where
         B: Send + 'static,
         F: Future<Output = (Outcome, B)> + Send + 'static,
     {
+        let mut running = self.running();
+        if running.closed {
+            drop(running);
+            // Releasing the buffers may run Python code (a finalizer), which may use `self`.
+            drop(work);
+            return Err(crate::errors::Error::new_err("the client is closed"));
+        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let completions = Arc::clone(&self.completions);
         let handle = runtime().spawn(async move {
@@ -171,10 +190,13 @@ impl MemkvConnector {
             });
             let _ = release.await;
         });
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        running.retain(|h| !h.is_finished());
-        running.push(handle);
-        id
+        running.batches.retain(|h| !h.is_finished());
+        running.batches.push(handle);
+        Ok(id)
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, Running> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn client(&self) -> PyResult<RustClient> {
@@ -205,7 +227,7 @@ impl MemkvConnector {
                 done: Vec::new(),
             }))),
             next_id: AtomicU64::new(1),
-            running: Mutex::new(Vec::new()),
+            running: Mutex::default(),
         })
     }
 
@@ -231,7 +253,7 @@ impl MemkvConnector {
         // A value shorter than its buffer leaves the rest of it stale: not loaded (LMCache's own
         // adapters count a short read as a failure too).
         let sizes: Vec<usize> = bufs.iter().map(ByteBuffer::len).collect();
-        Ok(self.spawn(async move {
+        self.spawn(async move {
             let (results, bufs) = regions::get_many_into(&c, routed, &keys, bufs, lent).await;
             let whole = results
                 .into_iter()
@@ -240,7 +262,7 @@ impl MemkvConnector {
                 .collect();
             let outcome = Outcome::of("get", &keys, whole, |&whole: &bool| whole, true, true);
             (outcome, bufs)
-        }))
+        })
     }
 
     /// Stores each buffer under its key.
@@ -253,37 +275,37 @@ impl MemkvConnector {
         let values = readable_all(buffers, "buffers")?;
         check_counts(keys.len(), values.len())?;
         let put = self.shared.put_many(keys, values)?;
-        Ok(self.spawn(async move {
+        self.spawn(async move {
             let done = put.await;
             let outcome = Outcome::of("set", &done.keys, done.results, |_| true, false, false);
             (outcome, done.values)
-        }))
+        })
     }
 
     /// Whether each key exists (the per-key list).
     fn submit_batch_exists(&self, keys: &Bound<'_, PyAny>) -> PyResult<u64> {
         let c = self.client()?;
         let keys = keys::keys(keys)?;
-        Ok(self.spawn(async move {
+        self.spawn(async move {
             let results = c.exists_batch(&keys).await;
             (
                 Outcome::of("exists", &keys, results, |h| *h, false, true),
                 (),
             )
-        }))
+        })
     }
 
     /// Removes each key (the per-key list says which existed).
     fn submit_batch_delete(&self, keys: &Bound<'_, PyAny>) -> PyResult<u64> {
         let c = self.client()?;
         let keys = keys::keys(keys)?;
-        Ok(self.spawn(async move {
+        self.spawn(async move {
             let results = c.delete_batch(&keys).await;
             (
                 Outcome::of("delete", &keys, results, |h| *h, false, true),
                 (),
             )
-        }))
+        })
     }
 
     /// The batches completed since the last call, oldest first; resets the eventfd.
@@ -304,30 +326,42 @@ impl MemkvConnector {
         self.shared.transport()
     }
 
-    /// Waits for the batches in flight (each ends within the client's deadline), then closes
-    /// the client and the eventfd; every method but `close` raises `memkv.Error` after it.
+    /// Waits for the batches in flight (each ends within the client's deadline), those other
+    /// threads submit while it waits as well, then closes the client and the eventfd; every
+    /// method but `close` raises `memkv.Error` after it.
     /// Interrupted (Ctrl-C), it raises with nothing closed; a later `close` waits again.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let running = std::mem::take(&mut *self.running.lock().unwrap_or_else(|p| p.into_inner()));
-        if self.shared.made_in.is_here() && !on_runtime_thread() {
-            let mut left = running.into_iter();
+        // Called by a finalizer that a batch's buffer release ran on a memkv thread, it waits
+        // for nothing: that batch cannot end before the finalizer does (each batch ends within
+        // its deadline and releases its buffers then). In a fork, the batches are tasks of the
+        // parent's runtime, whose threads are not in this process, so they never end here;
+        // they are the parent's to finish.
+        let waits = self.shared.made_in.is_here() && !on_runtime_thread();
+        let left = loop {
+            let batches = {
+                let mut running = self.running();
+                let batches = std::mem::take(&mut running.batches);
+                if batches.is_empty() || !waits {
+                    running.closed = true;
+                    break batches;
+                }
+                batches
+            };
+            // Batches submitted while these are waited for are the next round's.
+            let mut left = batches.into_iter();
             while let Some(mut handle) = left.next() {
                 if let Err(interrupted) = block_on(py, &mut handle) {
                     // Still running: a later close waits for them again.
-                    let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-                    running.push(handle);
-                    running.extend(left);
+                    let mut running = self.running();
+                    running.batches.push(handle);
+                    running.batches.extend(left);
                     return Err(interrupted);
                 }
             }
-        } else if !self.shared.made_in.is_here() {
-            // A fork: the batches are tasks of the parent's runtime, whose threads are not
-            // in this process, so they never end here; they are the parent's to finish.
-            std::mem::forget(running);
+        };
+        if !self.shared.made_in.is_here() {
+            std::mem::forget(left);
         }
-        // Else called by a finalizer that a batch's buffer release ran on a memkv thread:
-        // that batch cannot end before the finalizer does, so nothing is waited for (each
-        // batch ends within its deadline and releases its buffers then).
         self.shared.close();
         self.completions.close();
         Ok(())

@@ -7,6 +7,8 @@ import selectors
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -235,3 +237,39 @@ def test_a_connector_inherited_by_a_fork_refuses_there_and_closes_without_waitin
         finally:
             srv.resume()
     assert "child exit 0" in p.stdout, (p.stdout, p.stderr[-2000:])
+
+
+def test_a_batch_submitted_while_close_waits_is_not_left_running() -> None:
+    """close() releases the GIL while it waits for the batches in flight, so another thread
+    may submit meanwhile. That batch must be waited for too (or refused): left running, it
+    wrote into its buffer after close() had returned, and its completion, the only word that
+    the memory is free again, was dropped with the closed connector."""
+    with MemkvServer() as srv:
+        value = bytes([0xAB]) * (1 << 20)
+        with srv.client(transport="tcp") as c:
+            c.put("close/k", value)
+        conn = memkv.MemkvConnector(
+            servers=[srv.address], auth_key=srv.auth_key, transport="tcp", timeout_ms=4000
+        )
+        late = bytearray(len(value))
+        srv.pause()
+        try:
+            # Waits out its 4 s deadline: the server answers nothing.
+            conn.submit_batch_get(["close/k"], [bytearray(len(value))])
+            closer = threading.Thread(target=conn.close)
+            closer.start()
+            time.sleep(1.0)
+            assert closer.is_alive(), "setup: close() did not wait for the batch in flight"
+            try:
+                conn.submit_batch_get(["close/k"], [late])
+            except memkv.Error as e:
+                assert "closed" in str(e), e
+            closer.join(30)
+            assert not closer.is_alive(), "close() did not return"
+        finally:
+            srv.resume()
+        # close() returned: nothing may write into `late` any more, though the server now
+        # answers the get.
+        time.sleep(1.5)
+        written = len(late) - late.count(0)
+        assert written == 0, f"{written} bytes written into a buffer after close() returned"

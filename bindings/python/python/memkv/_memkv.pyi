@@ -146,8 +146,8 @@ class MemkvConnector:
     @property
     def transport(self) -> str: ...
     def close(self) -> None:
-        """Waits for the batches in flight, then closes the client and the eventfd; completions
-        not drained are dropped. Every other method raises ``Error`` afterwards. In a forked
+        """Waits for the batches in flight (also those other threads submit meanwhile), then
+        closes the client and the eventfd; completions not drained are dropped. Every other method raises ``Error`` afterwards. In a forked
         child, or from a finalizer memkv runs on its own thread, it waits for no batch."""
     def __enter__(self) -> Self: ...
     def __exit__(
