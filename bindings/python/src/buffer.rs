@@ -78,8 +78,8 @@ impl ByteBuffer {
         let view = match get_buffer(obj, contiguous | ffi::PyBUF_FORMAT) {
             Ok(view) => view,
             // Some exporters cannot describe their item type (numpy's datetime64 and
-            // user-defined dtypes such as bfloat16): numpy's own object arrays can, so
-            // such a buffer holds no Python objects, and is taken as bytes, as before.
+            // user-defined dtypes such as bfloat16): taken as bytes, once numpy's dtype says
+            // it holds no objects (below).
             Err(_) => get_buffer(obj, contiguous).map_err(|cause| {
                 let name = obj
                     .get_type()
@@ -93,13 +93,16 @@ impl ByteBuffer {
             writable,
             released: None,
         };
-        if buffer.holds_objects() {
+        let objects = match buffer.format() {
+            Some(format) => holds_objects(&format).then(|| format!("format {format:?}")),
+            None => dtype_with_objects(obj).map(|dtype| format!("dtype {dtype}")),
+        };
+        if let Some(items) = objects {
             // Dropping `buffer` releases the export.
             return Err(PyBufferError::new_err(format!(
-                "{what}: expected {need}, got {} of Python objects (format {:?}): their bytes \
+                "{what}: expected {need}, got {} of Python objects ({items}): their bytes \
                  are object pointers",
                 obj.get_type().name()?,
-                buffer.format().unwrap_or_default()
             )));
         }
         Ok(buffer)
@@ -114,21 +117,6 @@ impl ByteBuffer {
         // until the buffer is released (only `Drop` releases it; `self` is borrowed).
         let format = unsafe { std::ffi::CStr::from_ptr(self.view.format) };
         Some(format.to_string_lossy().into_owned())
-    }
-
-    /// Whether any item is a Python object (`O`), in a plain format or inside a struct
-    /// (`T{O:name:}`); field names (between colons) are not item codes.
-    fn holds_objects(&self) -> bool {
-        let Some(format) = self.format() else {
-            return false;
-        };
-        let mut in_name = false;
-        format.chars().any(|c| {
-            if c == ':' {
-                in_name = !in_name;
-            }
-            !in_name && c == 'O'
-        })
     }
 
     /// Watches `buffers` for their release. A get lends its buffers to the client's reader,
@@ -183,6 +171,33 @@ impl ByteBuffer {
             None => &mut [],
         }
     }
+}
+
+/// Whether any item of `format` is a Python object (`O`), in a plain format or inside a
+/// struct (`T{O:name:}`); field names (between colons) are not item codes.
+fn holds_objects(format: &str) -> bool {
+    let mut in_name = false;
+    format.chars().any(|c| {
+        if c == ':' {
+            in_name = !in_name;
+        }
+        !in_name && c == 'O'
+    })
+}
+
+/// numpy's word on an array exported without its item format: its dtype, when that holds
+/// Python objects. A structured dtype may hold an object field beside a field the buffer
+/// protocol cannot describe (a datetime64, a bfloat16), and numpy then exports it only
+/// without the format.
+fn dtype_with_objects(obj: &Bound<'_, PyAny>) -> Option<String> {
+    let py = obj.py();
+    let dtype = obj.getattr(pyo3::intern!(py, "dtype")).ok()?;
+    let has = dtype.getattr(pyo3::intern!(py, "hasobject")).ok()?;
+    has.is_truthy().ok()?.then(|| {
+        dtype
+            .str()
+            .map_or_else(|_| "?".to_owned(), |s| s.to_string())
+    })
 }
 
 /// One `PyObject_GetBuffer` with `flags`; the exporter's error when it refuses.

@@ -25,6 +25,10 @@ OBJECT_ARRAY = textwrap.dedent(
     c = memkv.Client(servers=[addr], auth_key=key, transport="tcp", timeout_ms=5000)
     c.put("obj", b"\\x41" * 16)  # two object pointers' worth of 0x41 bytes
     arr = np.array([object(), object()], dtype=object)
+    if how == "get_into an object field beside a datetime64":
+        # A dtype the buffer protocol cannot describe: exported without its item format.
+        arr = np.zeros(1, dtype=[("o", "O"), ("t", "M8[s]")])
+        arr["o"][0] = object()
     try:
         if how.startswith("get_into") and "memoryview" not in how:
             c.get_into("obj", arr)
@@ -51,6 +55,7 @@ OBJECT_ARRAY = textwrap.dedent(
     [
         "get_into",
         "get_into a memoryview",
+        "get_into an object field beside a datetime64",
         "get_many_into",
         "connector",
     ],
@@ -82,6 +87,9 @@ def test_buffers_of_python_objects_are_refused_by_name(client: memkv.Client) -> 
     # A memoryview refuses a plain-bytes export that also asks for the item format (it
     # cannot be both): its items are seen only through a contiguous export with the format.
     objects += [memoryview(obj) for obj in objects]
+    # numpy cannot describe a datetime64 (or a bfloat16) item to the buffer protocol: such an
+    # array is taken without its format, and numpy's dtype says whether it holds objects.
+    objects.append(np.zeros(2, dtype=[("a", "O"), ("t", "M8[s]")]))
     client.put("objects/k", bytes(64))
     for obj in objects:
         with pytest.raises(BufferError, match="value: .*Python objects"):
