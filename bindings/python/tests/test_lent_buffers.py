@@ -96,6 +96,33 @@ async def test_a_cancelled_async_get_into_leaves_the_buffer_alone(
     assert late == 0, f"{late} bytes written into the buffer after the get was cancelled"
 
 
+@pytest.mark.parametrize("many", [False, True], ids=["put", "put_many"])
+async def test_a_cancelled_async_put_has_let_go_of_its_buffer(
+    big_server: MemkvServer, many: bool
+) -> None:
+    """A cancelled put could still read its value for a moment after the cancellation
+    returned, so bytes the caller wrote there next could go out under the key."""
+    c = memkv.AsyncClient(
+        servers=[big_server.address],
+        auth_key=big_server.auth_key,
+        transport="tcp",
+        timeout_ms=3000,
+    )
+    value = bytearray([FILL]) * N
+    big_server.pause()  # the put's bytes go nowhere: it is caught holding the value
+    put = c.put_many([("cancelled", value)]) if many else c.put("cancelled", value)
+    task = asyncio.ensure_future(put)
+    await asyncio.sleep(0.3)
+    assert not task.done(), "setup: the put ended against a stopped server"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # A bytearray lent to a buffer export cannot be resized: this fails while memkv holds it.
+    value.extend(b"next")
+    big_server.resume()
+    c.close()
+
+
 def test_a_connector_completion_comes_after_its_buffers_are_let_go(
     big_server: MemkvServer,
 ) -> None:

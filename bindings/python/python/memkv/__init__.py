@@ -40,13 +40,14 @@ class AsyncClient(_memkv.AsyncClient):
     ``asyncio.create_task`` and ``TaskGroup.create_task`` take them (argument errors are then
     raised when the coroutine runs, as for any coroutine).
 
-    ``get_into`` and ``get_many_into`` write into the caller's buffers. Cancelled, they still
-    wait for their read to end (its deadline at the latest) before the cancellation goes on:
-    until then the read may write into the buffers, which the caller would take back as free.
+    ``get_into`` and ``get_many_into`` write into the caller's buffers, and ``put`` and
+    ``put_many`` read from them. Cancelled, they still wait for their transfer to end (its
+    deadline at the latest) before the cancellation goes on: until then memkv may write into
+    the buffers, or read what the caller writes there next, once it takes them back as free.
     """
 
     async def put(self, key: Key, value: BufferLike) -> None:
-        return await super().put(key, value)
+        return await _until_done(super().put(key, value))
 
     async def get(self, key: Key) -> bytes | None:
         return await super().get(key)
@@ -58,7 +59,7 @@ class AsyncClient(_memkv.AsyncClient):
         return await super().exists(key)
 
     async def put_many(self, items: Iterable[tuple[Key, BufferLike]]) -> None:
-        return await super().put_many(items)
+        return await _until_done(super().put_many(items))
 
     async def get_many(self, keys: Iterable[Key]) -> list[bytes | None]:
         return await super().get_many(keys)
