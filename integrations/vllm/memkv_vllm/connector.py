@@ -104,7 +104,7 @@ class _Request:
     found_at: float = 0.0
     load_async: bool = False  # the hit was claimed for an asynchronous load
     loading_from: int | None = None  # first chunk of an asynchronous load, until scheduled
-    loaded_in_step: tuple[int, int] | None = None  # chunks of its last load in the step
+    planned_to: int = 0  # tokens it would have computed after its last scheduled step
     saving: bool = False  # saves were planned: with save_async its blocks wait for them
 
 
@@ -192,10 +192,11 @@ class MemkvConnector(KVConnectorBase_V1):
             self._rank = _tp_rank()
             self._pages: dict[str, LayerPages] = {}
             self._failed_blocks: set[int] = set()
+            self._load_failed_in_step = False
             self._loads = Loads(self._fetch)
             self._saves = Saves(self._put)
             self.stats = {"loaded_chunks": 0, "loaded_bytes": 0, "failed_chunks": 0,
-                          "saved_chunks": 0, "saved_bytes": 0, "save_failures": 0}
+                          "saved_chunks": 0, "saved_bytes": 0, "save_failures": 0, "dropped_saves": 0}
         if role == KVConnectorRole.SCHEDULER:
             self._warm_up()  # the worker warms up once its KV cache is registered
         logger.info(
@@ -367,35 +368,32 @@ class MemkvConnector(KVConnectorBase_V1):
             if req_id in cached.resumed_req_ids:
                 # After preemption vLLM hands over the request's whole block list again.
                 st.block_ids = list(new_blocks[0]) if new_blocks else []
-                st.loaded_in_step = None  # looked up afresh, so saved_upto is too
+                st.planned_to = 0  # looked up afresh, so saved_upto is too
             elif new_blocks:
                 st.block_ids.extend(new_blocks[0])
-            self._after_load_in_step(st, cached.num_computed_tokens[i])
+            self._after_rollback(st, cached.num_computed_tokens[i])
             self._plan(req_id, st, cached.num_computed_tokens[i] + scheduled.get(req_id, 0), meta)
         return meta
 
-    def _after_load_in_step(self, st: _Request, computed: int) -> None:
-        """Where a load in the step failed, vLLM moved the request's computed tokens back to
-        the first failed block and recomputes from there; those chunks are then saved again,
-        over what memkv could not give. (Under async scheduling the step right after the load
-        may still show the computed tokens from before vLLM heard of the failure, so the load
-        is remembered until the request is seen short of its end, or preempted.)"""
-        if st.loaded_in_step is None:
-            return
-        start, end = st.loaded_in_step
-        chunk = computed // self._block_size
-        if chunk < end:
-            st.saved_upto = min(st.saved_upto, max(chunk, start))
-            st.loaded_in_step = None
+    def _after_rollback(self, st: _Request, computed: int) -> None:
+        """A request scheduled with fewer computed tokens than its last step would have left
+        was rolled back by vLLM: a load in the step failed, its own or that of a request
+        sharing a block with it, and vLLM recomputes from there. Chunks computed over the
+        failed blocks may have been saved; from the rollback point on they are saved again,
+        over what went to memkv. (Under async scheduling the step right after the failed one
+        is planned before vLLM hears of the failure; the one after that shows the rollback.
+        Spec-decode rollbacks only touch decode tokens, beyond every saved chunk.)"""
+        if computed < st.planned_to:
+            st.saved_upto = min(st.saved_upto, computed // self._block_size)
 
     def _plan(self, req_id: str, st: _Request, computed_after: int, meta: MemkvConnectorMetadata) -> None:
         st.loading_from = None  # scheduled: any asynchronous load of it is over
+        st.planned_to = computed_after
         if st.pending_load is not None:
             start, end = st.pending_load
             st.pending_load = None
             if end > start:
                 meta.loads.append(Transfer(req_id, st.hashes[start:end], st.block_ids[start:end]))
-                st.loaded_in_step = (start, end)
             st.saved_upto = max(st.saved_upto, end)
         if not self._may_save:
             return
@@ -442,10 +440,11 @@ class MemkvConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         assert isinstance(meta, MemkvConnectorMetadata)
         now = [t for t in meta.loads if not t.background]
+        self._load_failed_in_step = False
         if now:
             job = self._load_job(now, background=False)
             job.lengths = self._fetch(job)
-            self._finish_load(job)
+            self._load_failed_in_step = bool(self._finish_load(job))
         later = [t for t in meta.loads if t.background]
         if later:
             self._loads.submit(self._load_job(later, background=True))
@@ -468,9 +467,9 @@ class MemkvConnector(KVConnectorBase_V1):
         except StoreUnavailable:
             return [None] * len(job.keys)
 
-    def _finish_load(self, job: LoadJob) -> None:
+    def _finish_load(self, job: LoadJob) -> set[int]:
         """Commits the pages read (in the step's thread: staged pages are copied to the device
-        here), and marks the blocks that were not for vLLM to recompute."""
+        here), and marks the blocks that were not for vLLM to recompute; returns them."""
         assert job.lengths is not None
         ok = [n == self._page_bytes for n in job.lengths]
         for commit, first, count in job.commits:
@@ -490,6 +489,7 @@ class MemkvConnector(KVConnectorBase_V1):
             " in the background" if job.background else "",
             f"; {len(failed)} to recompute" if failed else "",
         )
+        return failed
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         loaded: set[str] = set()
@@ -521,6 +521,14 @@ class MemkvConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         assert isinstance(meta, MemkvConnectorMetadata)
         if not meta.saves:
+            return
+        if self._load_failed_in_step:
+            # This step's forward pass read the failed blocks' stale bytes: what it computed
+            # after them, in any request sharing them, is wrong. vLLM recomputes it, and the
+            # scheduler saves it again then; until then memkv must not serve it.
+            dropped = sum(len(t.hashes) for t in meta.saves)
+            self.stats["dropped_saves"] += dropped
+            logger.info("memkv_vllm: a load in this step failed; its %d chunk saves are dropped", dropped)
             return
         t0 = time.perf_counter()
         items: list[tuple[str, memoryview]] = []

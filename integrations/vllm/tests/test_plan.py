@@ -313,6 +313,22 @@ def test_a_failed_load_in_the_step_is_found_a_step_late_under_async_scheduling()
     assert [t.block_ids for t in behind.saves] == [list(range(6, 14))]
 
 
+def test_a_request_sharing_a_failed_block_saves_again_what_it_recomputes():
+    """B, admitted in the step whose load (A's) failed, had the failed block as a local prefix
+    hit and saved chunks computed over it; vLLM sends B back to where it was before the step,
+    and B's chunks from there are saved again (found by a review against vLLM's
+    _update_requests_with_invalid_blocks)."""
+    c = scheduler(held=0)
+    b = request(4000, rid="b")
+    c.get_num_new_matched_tokens(b, 10 * BS)  # vLLM's prefix cache holds 10 chunks of B
+    c.update_state_after_alloc(b, None, 0)
+    first = step(c, b, 10 * BS, 1024, list(range(100, 132)))
+    assert [t.block_ids for t in first.saves] == [list(range(100, 118))]
+    # The failed block was among B's ten: vLLM puts B back at 10 * BS, to compute again.
+    again = cached_step(c, b, 10 * BS, 1024, [])
+    assert [t.block_ids for t in again.saves] == [list(range(110, 118))]
+
+
 def test_a_load_in_the_step_that_worked_saves_only_what_was_computed():
     c, req = scheduler(held=15), request(4000)
     c.get_num_new_matched_tokens(req, 0)

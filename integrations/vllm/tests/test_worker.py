@@ -36,11 +36,12 @@ def worker(srv: MemkvServer, timeout_ms: int = 2000) -> MemkvConnector:
     c._kv = {name: torch.zeros(BLOCKS, PAGE, dtype=torch.uint8) for name in LAYERS}
     c._pages = {name: LayerPages(name, c._kv[name], BLOCKS, PAGE) for name in LAYERS}
     c._failed_blocks = set()
+    c._load_failed_in_step = False
     c._loads = Loads(c._fetch)
     c._saves = Saves(c._put)
     c._save_async = True
     c.stats = {"loaded_chunks": 0, "loaded_bytes": 0, "failed_chunks": 0,
-               "saved_chunks": 0, "saved_bytes": 0, "save_failures": 0}
+               "saved_chunks": 0, "saved_bytes": 0, "save_failures": 0, "dropped_saves": 0}
     return c
 
 
@@ -83,6 +84,32 @@ def test_a_load_in_the_step_fills_the_pages_before_it_returns():
                 assert bytes(c._kv[layer][block].numpy()) == page(h, layer)
         assert c.get_finished(set()) == (None, None)
         assert c.get_block_ids_with_load_errors() == set()
+        c.shutdown()
+
+
+def test_a_steps_saves_are_dropped_when_a_load_in_that_step_failed():
+    """The forward pass after a failed load read the failed blocks' stale bytes, so what it
+    computed after them (in any request sharing them) is wrong until vLLM recomputes it."""
+    with MemkvServer() as srv:
+        store_chunks(srv)
+        c = worker(srv)
+        c._save_async = False
+        for block in (12, 13):
+            for layer in LAYERS:
+                c._kv[layer][block].fill_(7)
+        c.bind_connector_metadata(MemkvConnectorMetadata(
+            loads=[Transfer("r1", ["missing"], [3])], saves=[Transfer("r2", ["n1", "n2"], [12, 13])]))
+        c.start_load_kv(None)
+        c.wait_for_save()
+        assert c.stats["dropped_saves"] == 2 and c.stats["saved_chunks"] == 0
+        # The next step's load worked: its saves go out.
+        c.bind_connector_metadata(MemkvConnectorMetadata(
+            loads=[Transfer("r1", HASHES[:1], [3])], saves=[Transfer("r2", ["n1", "n2"], [12, 13])]))
+        c.start_load_kv(None)
+        c.wait_for_save()
+        assert c.stats["saved_chunks"] == 2
+        with memkv.Client(servers=[srv.address], auth_key=srv.auth_key) as client:
+            assert client.exists_many([K.chunk_key("ns", 0, "n2", LAYERS[1])]) == [True]
         c.shutdown()
 
 
