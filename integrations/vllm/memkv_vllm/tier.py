@@ -70,9 +70,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("vllm.memkv_vllm")
 
-# Unanswered keys remembered before the old ones are dropped (a few hundred KiB).
-_ASKED_PRUNE_AT = 4096
-
 
 def _served_weights(
     model_name: str, quantization: str | None, revision: str | None, source: str
@@ -184,8 +181,8 @@ class MemkvTier(SecondaryTierManager):
         model's revision: see ``_served_weights``; required where vLLM's config is not at hand),
         ``retry_after_s`` (back-off after a connection failure), ``load_threads`` /
         ``store_threads`` (transfer threads), ``locality`` (vLLM's tier filter; memkv is
-        ``REMOTE`` unless said otherwise) and ``lookup_timeout_s`` (a chunk whose lookup is
-        unanswered this long is a miss, so its request is computed, not held back)."""
+        ``REMOTE`` unless said otherwise) and ``lookup_timeout_s`` (how long lookups may hold
+        a request; then its unanswered chunks are misses and it is computed)."""
         super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
         self.locality = Locality(locality.upper()) if locality else None
         if load_threads < 1 or store_threads < 1:
@@ -237,9 +234,11 @@ class MemkvTier(SecondaryTierManager):
         )
         self._lookups = MemkvLookups(tier_type, self._store, self)
         self._lookup_timeout_s = settings.lookup_timeout_s
-        # When each key still unanswered was first asked about: vLLM holds a request while
-        # its lookups answer RETRY, so after lookup_timeout_s a key answers MISS instead.
-        self._asked: dict[OffloadKey, float] = {}
+        # vLLM holds a request while any of its lookups answers RETRY: since when each
+        # request has been held (step after step), so that after lookup_timeout_s its
+        # unanswered keys answer MISS and it is computed.
+        self._held_since: dict[str, float] = {}
+        self._held_this_step: set[str] = set()
         # Keys of promotions in flight, so a failed one can mark exactly its keys missing.
         self._load_keys: dict[JobId, list[OffloadKey]] = {}
         self._closed = False
@@ -258,12 +257,16 @@ class MemkvTier(SecondaryTierManager):
     def lookup(self, key: OffloadKey, req_context: ReqContext) -> LookupResult:
         found = self._lookups.lookup(key, req_context)
         if found is None:
+            req = req_context.req_id
             now = time.monotonic()
-            if now - self._asked.setdefault(key, now) < self._lookup_timeout_s:
+            if now - self._held_since.setdefault(req, now) < self._lookup_timeout_s:
+                self._held_this_step.add(req)
                 return LookupResult.RETRY
-            found = False
-            logger.debug("memkv_vllm tier: a lookup took over %.3f s; a miss", self._lookup_timeout_s)
-        self._asked.pop(key, None)
+            # Still held: it answers MISS for as long as vLLM keeps asking, not RETRY again.
+            self._held_this_step.add(req)
+            logger.debug("memkv_vllm tier: request %s waited %.3f s for lookups; a miss", req,
+                         self._lookup_timeout_s)
+            return LookupResult.MISS
         return LookupResult.HIT if found else LookupResult.MISS
 
     def submit_store(self, job_metadata: TransferJob) -> None:
@@ -302,13 +305,15 @@ class MemkvTier(SecondaryTierManager):
 
     def on_request_finished(self, req_context: ReqContext) -> None:
         self._lookups.cleanup(req_context.req_id)
+        self._held_since.pop(req_context.req_id, None)
 
     def on_schedule_end(self, context: ScheduleEndContext) -> None:
         self._lookups.flush()
-        if len(self._asked) > _ASKED_PRUNE_AT:
-            # Keys of requests that went away before their answer: nobody asks again.
-            old = time.monotonic() - 2 * self._lookup_timeout_s
-            self._asked = {k: t for k, t in self._asked.items() if t > old}
+        # A request held by none of its lookups this step is no longer waiting: a later wait
+        # (after preemption, say) has a clock of its own.
+        for req in self._held_since.keys() - self._held_this_step:
+            del self._held_since[req]
+        self._held_this_step.clear()
 
     def drain_jobs(self) -> None:
         self._transfers.drain()
