@@ -267,6 +267,21 @@ def test_mla_model_shares_replicated_pools_and_splits_mamba(make_backend):
     assert page_bytes(p1[PoolName.INDEXER], dst) == page_bytes(p0[PoolName.INDEXER], src)
 
 
+def test_an_mha_shaped_side_pool_of_an_mla_model_is_refused_under_tp(make_backend):
+    """SGLang backs up an MLA model's side pools from TP rank 0 only (Mamba excepted), so an
+    MHA-shaped one (an MHA draft's KV) would be missing on every other rank: the engine's
+    hit, the minimum over ranks, would always be 0 (found by a review against
+    HybridCacheController.should_backup)."""
+    kv = mla_host_pool()
+    b = make_backend(host_pool=kv, v1=True, mla=True, tp_rank=1, tp_size=2)
+    b.register_mem_host_pool_v2(kv, PoolName.KV)
+    b.register_mem_host_pool_v2(mamba_host_pool(), PoolName.MAMBA)  # every rank backs it up
+    with pytest.raises(ValueError, match="pool 'draft' .* of an MLA model under tensor parallelism"):
+        b.register_mem_host_pool_v2(mha_host_pool(), PoolName.DRAFT)
+    one = make_backend(host_pool=mla_host_pool(), v1=True, mla=True, tp_rank=0, tp_size=1)
+    one.register_mem_host_pool_v2(mha_host_pool(), PoolName.DRAFT)  # one rank: it writes them
+
+
 def test_a_pool_without_page_ranges_moves_as_flat_pages(make_backend, server):
     """A Mamba pool with per-slot side state has no zero-copy ranges (SGLang refuses them):
     its slots are stored as SGLang's flat page, side state included."""

@@ -39,7 +39,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 
 from memkv_sglang.pages import view_at
 from memkv_sglang.plain import failed_keys, group_all, kept_results
-from memkv_sglang.pools import PageObject, SidePool
+from memkv_sglang.pools import MAMBA, PageObject, SidePool
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,18 @@ class HybridPools:
         if name == PoolName.KV.value:
             # The KV (anchor) pool came through register_mem_pool_host and moves by v1.
             return
-        side = SidePool.build(name, host_pool, self.storage_config.is_mla_model)
+        cfg = self.storage_config
+        side = SidePool.build(name, host_pool, cfg.is_mla_model)
+        if cfg.is_mla_model and cfg.tp_size > 1 and side.sharded and name != MAMBA:
+            # SGLang backs up an MLA model's side pools from the first TP rank only (Mamba
+            # state excepted; HybridCacheController.should_backup), but this pool is split by
+            # heads, so every other rank would look for pages nobody writes and the engine's
+            # hit (the minimum over ranks) would always be 0.
+            raise ValueError(
+                f"memkv-sglang cannot store HiCache pool {name!r} ({type(host_pool).__name__}) "
+                f"of an MLA model under tensor parallelism ({cfg.tp_size} ranks): its pages "
+                "differ per rank, but SGLang stores them from the first rank only"
+            )
         for t in side.buffers():
             view = view_at(t.data_ptr(), t.numel() * t.element_size())
             self.client.register(view)
