@@ -4,16 +4,12 @@ extra config a MemKV deployment writes, against a real memkv server."""
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid
 
-import numpy as np
 import pytest
 
 memkv = pytest.importorskip("memkv")
 from memkv.testing import MemkvServer  # noqa: E402
-from vllm.v1.kv_offload.base import LookupResult, ReqContext  # noqa: E402
-from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec  # noqa: E402
 from vllm.v1.kv_offload.factory import OffloadingSpecFactory  # noqa: E402
 from vllm.v1.kv_offload.tiering.manager import TieringOffloadingManager  # noqa: E402
 
@@ -21,12 +17,11 @@ from memkv_vllm import plugin  # noqa: E402
 from memkv_vllm.spec import DEFAULT_SCRATCH_BYTES, MemKVOffloadingSpec  # noqa: E402
 from memkv_vllm.tier import MemkvTier  # noqa: E402
 from tests.tiering import (  # noqa: E402
-    STEP,
     WORKER_BYTES_PER_BLOCK,
-    fill_random,
+    load_through,
     offload_keys,
     offloading_config,
-    resolve,
+    store_through,
 )
 
 
@@ -67,31 +62,7 @@ def test_chunks_stored_by_one_engine_are_loaded_by_another(srv):
     b = OffloadingSpecFactory.create_spec(memkv_config(srv, f"b-{run}")).get_manager()
     try:
         keys = offload_keys(3, salt=31)
-        ctx = ReqContext(req_id="w")
-        a.on_new_request(ctx)
-        out = a.prepare_store(keys, ctx)
-        assert out is not None and isinstance(out.store_spec, CPULoadStoreSpec)
-        rows_a = np.asarray(a.primary_tier.get_kv_memoryview())
-        fill_random(rows_a, out.store_spec.chunk_ids.tolist(), seed=31)  # the GPU -> CPU copy
-        a.complete_store(keys, ctx)
-        a.on_request_finished(ctx)
-        end = time.monotonic() + 10
-        while a.has_pending_work():
-            assert time.monotonic() < end, "the store to memkv did not finish"
-            a.on_schedule_end(STEP)
-            time.sleep(0.005)
-        stored = {k: rows_a[c].copy() for k, c in zip(keys, out.store_spec.chunk_ids)}
-
-        ctx = ReqContext(req_id="r")
-        b.on_new_request(ctx)
-        assert [resolve(b, k, ctx) for k in keys] == [LookupResult.HIT] * 3
-        load = b.prepare_load(keys, ctx)
-        rows_b = np.asarray(b.primary_tier.get_kv_memoryview())
-        for k, c in zip(keys, load.chunk_ids):
-            assert np.array_equal(rows_b[c], stored[k])
-        b.complete_load(keys, ctx)
-        b.on_request_finished(ctx)
-        del rows_a, rows_b  # views of vLLM's buffers, which shutdown unmaps
+        load_through(b, keys, store_through(a, keys, seed=31))
     finally:
         a.shutdown()
         b.shutdown()

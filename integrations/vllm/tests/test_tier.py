@@ -23,7 +23,6 @@ import pytest
 memkv = pytest.importorskip("memkv")
 from memkv.testing import MemkvServer  # noqa: E402
 from vllm.v1.kv_offload.base import LookupResult, ReqContext  # noqa: E402
-from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec  # noqa: E402
 from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory  # noqa: E402
 from vllm.v1.kv_offload.tiering.manager import TieringOffloadingManager  # noqa: E402
 
@@ -33,11 +32,13 @@ from tests.tiering import (  # noqa: E402
     STEP,
     fill_random,
     job,
+    load_through,
     make_tier,
     module_path_tier,
     offload_keys,
     primary_buffer,
     resolve,
+    store_through,
     tiering_spec,
     wait_job,
 )
@@ -347,35 +348,9 @@ def test_vllm_tiering_manager_cascades_to_memkv_and_promotes_from_it(srv):
     assert isinstance(a, TieringOffloadingManager) and isinstance(b, TieringOffloadingManager)
     try:
         keys = offload_keys(4, salt=7)
-        ctx = ReqContext(req_id="writer")
-        a.on_new_request(ctx)
-        out = a.prepare_store(keys, ctx)
-        assert out is not None and out.keys_to_store == keys
-        rows_a = np.asarray(a.primary_tier.get_kv_memoryview())
-        assert isinstance(out.store_spec, CPULoadStoreSpec)
-        fill_random(rows_a, out.store_spec.chunk_ids.tolist(), seed=7)  # the GPU -> CPU copy
-        a.complete_store(keys, ctx)  # cascades to memkv
-        a.on_request_finished(ctx)
-        end = time.monotonic() + 10
-        while a.has_pending_work():
-            assert time.monotonic() < end, "the cascade to memkv did not finish"
-            a.on_schedule_end(STEP)
-            time.sleep(0.005)
-        stored = {k: rows_a[c].copy() for k, c in zip(keys, out.store_spec.chunk_ids)}
-
-        rows_b = np.asarray(b.primary_tier.get_kv_memoryview())
-        ctx = ReqContext(req_id="reader")
-        b.on_new_request(ctx)
-        for k in keys:
-            assert resolve(b, k, ctx) is LookupResult.HIT
-        assert resolve(b, offload_keys(1, salt=70)[0], ctx) is LookupResult.MISS
-        spec = b.prepare_load(keys, ctx)
-        assert isinstance(spec, CPULoadStoreSpec)
-        for k, c in zip(keys, spec.chunk_ids):
-            assert np.array_equal(rows_b[c], stored[k])
-        b.complete_load(keys, ctx)
-        b.on_request_finished(ctx)
-        del rows_a, rows_b  # views of vLLM's buffers, which shutdown unmaps
+        stored = store_through(a, keys, seed=7)
+        assert resolve(b, offload_keys(1, salt=70)[0], ReqContext(req_id="probe")) is LookupResult.MISS
+        load_through(b, keys, stored)
     finally:
         a.shutdown()
         b.shutdown()

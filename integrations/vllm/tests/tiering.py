@@ -112,6 +112,46 @@ def wait_job(tier: SecondaryTierManager, job_id: int, deadline_s: float = DEADLI
     raise AssertionError(f"job {job_id} did not finish within {deadline_s} s")
 
 
+def store_through(manager: Any, keys: list[OffloadKey], seed: int) -> dict[OffloadKey, np.ndarray]:
+    """Stores ``keys`` through vLLM's ``TieringOffloadingManager`` (into its CPU buffer,
+    random bytes standing in for the GPU copy, then cascaded to the secondary tier) and waits
+    for the cascade; returns each chunk's bytes."""
+    from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+
+    ctx = ReqContext(req_id="writer")
+    manager.on_new_request(ctx)
+    out = manager.prepare_store(keys, ctx)
+    assert out is not None and out.keys_to_store == keys
+    assert isinstance(out.store_spec, CPULoadStoreSpec)
+    rows = np.asarray(manager.primary_tier.get_kv_memoryview())
+    fill_random(rows, out.store_spec.chunk_ids.tolist(), seed=seed)  # the GPU -> CPU copy
+    manager.complete_store(keys, ctx)  # cascades to the secondary tier
+    manager.on_request_finished(ctx)
+    end = time.monotonic() + DEADLINE_S
+    while manager.has_pending_work():
+        assert time.monotonic() < end, "the cascade to the secondary tier did not finish"
+        manager.on_schedule_end(STEP)
+        time.sleep(0.005)
+    return {k: rows[c].copy() for k, c in zip(keys, out.store_spec.chunk_ids)}
+
+
+def load_through(manager: Any, keys: list[OffloadKey], stored: dict[OffloadKey, np.ndarray]) -> None:
+    """Looks ``keys`` up through a manager whose CPU buffer lacks them (HIT from the secondary
+    tier), promotes them and checks their bytes."""
+    from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+
+    ctx = ReqContext(req_id="reader")
+    manager.on_new_request(ctx)
+    assert [resolve(manager, k, ctx) for k in keys] == [LookupResult.HIT] * len(keys)
+    spec = manager.prepare_load(keys, ctx)
+    assert isinstance(spec, CPULoadStoreSpec)
+    rows = np.asarray(manager.primary_tier.get_kv_memoryview())
+    for k, c in zip(keys, spec.chunk_ids):
+        assert np.array_equal(rows[c], stored[k])
+    manager.complete_load(keys, ctx)
+    manager.on_request_finished(ctx)
+
+
 def resolve(tier: Any, key: OffloadKey, ctx: ReqContext, deadline_s: float = DEADLINE_S) -> LookupResult:
     """Look ``key`` up once per scheduler step until the answer is not RETRY (or HIT_PENDING,
     for a tiering manager promoting it)."""

@@ -31,7 +31,13 @@ from sglang.srt.mem_cache.hicache_storage import (
 from memkv_sglang.hybrid import HybridPools
 from memkv_sglang.keys import KeyScheme, pool_format
 from memkv_sglang.pages import ObjectRanges, group_objects, view_at
-from memkv_sglang.plain import PlainPages, failed_keys, group_all, kept_results
+from memkv_sglang.plain import (
+    PlainPages,
+    failed_keys,
+    group_all,
+    kept_results,
+    read_lengths,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -258,11 +264,7 @@ class MemKVHiCacheStorage(HybridPools, PlainPages, HiCacheStorage):
         names = self._object_names(keys)
         buffers = [o.view() if o.contiguous else bytearray(o.size) for o in objects]
         start = time.perf_counter()
-        try:
-            lengths = self.client.get_many_into(names, buffers)
-        except memkv.Error as e:
-            logger.warning("memkv: reading %d pages failed: %s", len(keys), e)
-            lengths = kept_results(e) or [None] * len(names)
+        lengths = read_lengths(self.client, names, buffers, "page objects")
         object_ok = []
         for obj, buf, n in zip(objects, buffers, lengths):
             # A value of another size is another layout's or model's page: a miss.

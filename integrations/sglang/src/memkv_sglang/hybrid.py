@@ -38,7 +38,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 )
 
 from memkv_sglang.pages import view_at
-from memkv_sglang.plain import failed_keys, group_all, kept_results
+from memkv_sglang.plain import failed_keys, group_all, read_lengths
 from memkv_sglang.pools import MAMBA, PageObject, SidePool
 
 logger = logging.getLogger(__name__)
@@ -227,11 +227,7 @@ class HybridPools:
         if not objects:
             return results
         buffers = [o.target() for o in objects]
-        try:
-            lengths = self.client.get_many_into(names, buffers)
-        except memkv.Error as e:
-            logger.warning("memkv: reading %d side-pool objects failed: %s", len(names), e)
-            lengths = kept_results(e) or [None] * len(names)
+        lengths = read_lengths(self.client, names, buffers, "side-pool objects")
         object_ok = []
         for obj, buf, n in zip(objects, buffers, lengths):
             # A value of another size is another model's or layout's page: a miss.

@@ -38,6 +38,16 @@ def kept_results(err: "memkv.Error") -> Optional[List[Any]]:
     return [None if isinstance(r, Exception) else r for r in err.results]
 
 
+def read_lengths(client: memkv.Client, names: list[str], buffers: list, what: str) -> list[Any]:
+    """``get_many_into``: each value's length, None where it failed or is missing; a failure
+    is logged (naming ``what`` was read), never raised."""
+    try:
+        return list(client.get_many_into(names, buffers))
+    except memkv.Error as e:
+        logger.warning("memkv: reading %d %s failed: %s", len(names), what, e)
+        return kept_results(e) or [None] * len(names)
+
+
 def group_all(object_ok: Sequence[bool], per_page: int) -> list[bool]:
     """Per page: whether every one of its ``per_page`` consecutive objects is ok."""
     return [all(object_ok[i : i + per_page]) for i in range(0, len(object_ok), per_page)]
@@ -137,11 +147,7 @@ class PlainPages:
                 if direct
                 else bytearray(t.numel() * t.element_size())
             )
-        try:
-            lengths = self.client.get_many_into(names, buffers)
-        except memkv.Error as e:
-            logger.warning("memkv: reading %d pages failed: %s", len(keys), e)
-            lengths = kept_results(e) or [None] * len(keys)
+        lengths = read_lengths(self.client, names, buffers, "pages")
         out: List[torch.Tensor | None] = []
         read = 0
         for t, buf, n in zip(target_locations, buffers, lengths):
