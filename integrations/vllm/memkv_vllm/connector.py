@@ -192,7 +192,11 @@ class MemkvConnector(KVConnectorBase_V1):
             self._rank = _tp_rank()
             self._pages: dict[str, LayerPages] = {}
             self._failed_blocks: set[int] = set()
-            self._load_failed_in_step = False
+            # Steps whose saves are dropped after a failed load in the step, this one included:
+            # under async scheduling the next step is planned before vLLM hears of the
+            # failure, and its forward pass reads the failed blocks too.
+            self._drop_saves_for = 0
+            self._steps_behind = 2 if vllm_config.scheduler_config.async_scheduling else 1
             self._loads = Loads(self._fetch)
             self._saves = Saves(self._put)
             self.stats = {"loaded_chunks": 0, "loaded_bytes": 0, "failed_chunks": 0,
@@ -440,11 +444,12 @@ class MemkvConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         assert isinstance(meta, MemkvConnectorMetadata)
         now = [t for t in meta.loads if not t.background]
-        self._load_failed_in_step = False
+        self._drop_saves_for = max(self._drop_saves_for - 1, 0)  # a step begins
         if now:
             job = self._load_job(now, background=False)
             job.lengths = self._fetch(job)
-            self._load_failed_in_step = bool(self._finish_load(job))
+            if self._finish_load(job):
+                self._drop_saves_for = self._steps_behind
         later = [t for t in meta.loads if t.background]
         if later:
             self._loads.submit(self._load_job(later, background=True))
@@ -522,13 +527,13 @@ class MemkvConnector(KVConnectorBase_V1):
         assert isinstance(meta, MemkvConnectorMetadata)
         if not meta.saves:
             return
-        if self._load_failed_in_step:
-            # This step's forward pass read the failed blocks' stale bytes: what it computed
+        if self._drop_saves_for:
+            # This step's forward pass read a failed load's stale bytes: what it computed
             # after them, in any request sharing them, is wrong. vLLM recomputes it, and the
             # scheduler saves it again then; until then memkv must not serve it.
             dropped = sum(len(t.hashes) for t in meta.saves)
             self.stats["dropped_saves"] += dropped
-            logger.info("memkv_vllm: a load in this step failed; its %d chunk saves are dropped", dropped)
+            logger.info("memkv_vllm: a load in the step failed; %d chunk saves dropped", dropped)
             return
         t0 = time.perf_counter()
         items: list[tuple[str, memoryview]] = []

@@ -36,7 +36,7 @@ def worker(srv: MemkvServer, timeout_ms: int = 2000) -> MemkvConnector:
     c._kv = {name: torch.zeros(BLOCKS, PAGE, dtype=torch.uint8) for name in LAYERS}
     c._pages = {name: LayerPages(name, c._kv[name], BLOCKS, PAGE) for name in LAYERS}
     c._failed_blocks = set()
-    c._load_failed_in_step = False
+    c._drop_saves_for, c._steps_behind = 0, 1
     c._loads = Loads(c._fetch)
     c._saves = Saves(c._put)
     c._save_async = True
@@ -110,6 +110,22 @@ def test_a_steps_saves_are_dropped_when_a_load_in_that_step_failed():
         assert c.stats["saved_chunks"] == 2
         with memkv.Client(servers=[srv.address], auth_key=srv.auth_key) as client:
             assert client.exists_many([K.chunk_key("ns", 0, "n2", LAYERS[1])]) == [True]
+        c.shutdown()
+
+
+def test_under_async_scheduling_the_next_steps_saves_are_dropped_too():
+    """vLLM plans the step after a failed one before it hears of the failure, and that
+    step's forward pass reads the failed blocks as well."""
+    with MemkvServer() as srv:
+        c = worker(srv)
+        c._save_async, c._steps_behind = False, 2
+        saves = [Transfer("r2", ["n1"], [12])]
+        steps = [[Transfer("r1", ["missing"], [3])], [], []]
+        for loads in steps:
+            c.bind_connector_metadata(MemkvConnectorMetadata(loads=loads, saves=saves))
+            c.start_load_kv(None)
+            c.wait_for_save()
+        assert (c.stats["dropped_saves"], c.stats["saved_chunks"]) == (2, 1)
         c.shutdown()
 
 
