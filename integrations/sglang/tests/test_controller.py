@@ -48,6 +48,21 @@ WAIT_S = 30
 DEVICE_TOKENS = 256
 
 
+def mha_pools(dtype):
+    """An MHA device KV pool on CPU and its page-first host pool, as SGLang pairs them."""
+    device = MHATokenToKVPool(
+        DEVICE_TOKENS, PAGE_SIZE, dtype, 2, 8, LAYERS, "cpu", False,
+        v_head_dim=8, start_layer=0, end_layer=LAYERS - 1,
+    )
+    host = MHATokenToKVPoolHost(
+        device.get_device_pool_infos()[0].buffer_info, 2.0, 0, PAGE_SIZE, "page_first",
+        pin_memory=False, device_capacity_tokens=device.size,
+        start_layer=device.start_layer, end_layer=device.end_layer,
+        write_back_staging=device.hicache_write_back_staging,
+    )
+    return device, host
+
+
 def engine(kind: str, extra: dict, model_name: str):
     """One single-rank SGLang engine's cache controller with memkv attached."""
     dtype = torch.bfloat16
@@ -63,16 +78,7 @@ def engine(kind: str, extra: dict, model_name: str):
             target_layer_num=LAYERS,
         )
     else:
-        device = MHATokenToKVPool(
-            DEVICE_TOKENS, PAGE_SIZE, dtype, 2, 8, LAYERS, "cpu", False,
-            v_head_dim=8, start_layer=0, end_layer=LAYERS - 1,
-        )
-        host = MHATokenToKVPoolHost(
-            device.get_device_pool_infos()[0].buffer_info, 2.0, 0, PAGE_SIZE, "page_first",
-            pin_memory=False, device_capacity_tokens=device.size,
-            start_layer=device.start_layer, end_layer=device.end_layer,
-            write_back_staging=device.hicache_write_back_staging,
-        )
+        device, host = mha_pools(dtype)
     allocator = PagedTokenToKVPoolAllocator(DEVICE_TOKENS, PAGE_SIZE, dtype, "cpu", device, False)
     # The scheduler publishes its ranks before building the controller; one rank here.
     with get_parallel().override(
@@ -194,16 +200,7 @@ def hybrid_engine(extra: dict, model_name: str):
     """One single-rank hybrid engine (Qwen3-Next style: full-attention KV plus Mamba state)
     with memkv attached by SGLang's HybridCacheController."""
     dtype = torch.bfloat16
-    device = MHATokenToKVPool(
-        DEVICE_TOKENS, PAGE_SIZE, dtype, 2, 8, LAYERS, "cpu", False,
-        v_head_dim=8, start_layer=0, end_layer=LAYERS - 1,
-    )
-    kv = MHATokenToKVPoolHost(
-        device.get_device_pool_infos()[0].buffer_info, 2.0, 0, PAGE_SIZE, "page_first",
-        pin_memory=False, device_capacity_tokens=device.size,
-        start_layer=device.start_layer, end_layer=device.end_layer,
-        write_back_staging=device.hicache_write_back_staging,
-    )
+    device, kv = mha_pools(dtype)
     mamba = mamba_host_pool()
     group = HostPoolGroup([
         PoolEntry(PoolName.KV, kv, device, lambda i: i, is_primary_index_anchor=True),

@@ -21,6 +21,7 @@ policy, ``block_size``, ``offload_prompt_only`` ...) to vLLM's spec.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,17 +31,17 @@ from vllm.v1.kv_offload.config import OffloadingConfig
 from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
 from .plugin import SPEC_NAME, TIER_CLASS, TIER_MODULE
+from .tier import MemkvTier
 
 # Room for the chunks in flight between the GPU and memkv; chunks kept there are also hits
 # that need no trip to memkv.
 DEFAULT_SCRATCH_BYTES = 2 << 30
 SCRATCH_MEDIA = ("cpu",)
 
-# What goes to the memkv tier (MemkvTier's keyword arguments).
-TIER_KEYS = (
-    "servers", "auth_key", "transport", "timeout_ms", "config", "namespace", "model_id",
-    "quantization", "revision", "retry_after_s", "load_threads", "store_threads", "locality",
-    "lookup_timeout_s",
+# What goes to the memkv tier: MemkvTier's own keyword arguments, beyond those vLLM passes.
+TIER_KEYS = tuple(
+    inspect.signature(MemkvTier).parameters.keys()
+    - {"offloading_spec", "primary_kv_view", "tier_type", "backpressure_detector"}
 )
 
 

@@ -259,11 +259,10 @@ class MemkvTier(SecondaryTierManager):
         if found is None:
             req = req_context.req_id
             now = time.monotonic()
+            self._held_this_step.add(req)  # still waiting: its clock goes on
             if now - self._held_since.setdefault(req, now) < self._lookup_timeout_s:
-                self._held_this_step.add(req)
                 return LookupResult.RETRY
-            # Still held: it answers MISS for as long as vLLM keeps asking, not RETRY again.
-            self._held_this_step.add(req)
+            # Past its limit: MISS for as long as vLLM keeps asking, not RETRY again.
             logger.debug("memkv_vllm tier: request %s waited %.3f s for lookups; a miss", req,
                          self._lookup_timeout_s)
             return LookupResult.MISS

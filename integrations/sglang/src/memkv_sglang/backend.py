@@ -33,9 +33,9 @@ from memkv_sglang.keys import KeyScheme, pool_format
 from memkv_sglang.pages import ObjectRanges, group_objects, view_at
 from memkv_sglang.plain import (
     PlainPages,
-    failed_keys,
     group_all,
     kept_results,
+    put_absent,
     read_lengths,
 )
 
@@ -232,21 +232,13 @@ class MemKVHiCacheStorage(HybridPools, PlainPages, HiCacheStorage):
             return []
         objects = self._page_objects(keys, host_indices)
         names = self._object_names(keys)
-        # Pages are content-addressed: one already stored is not written again.
         present = self._exists_objects(names) or [False] * len(names)
-        todo = [i for i, p in enumerate(present) if not p]
-        items = [
-            (names[i], objects[i].view() if objects[i].contiguous else objects[i].gather())
-            for i in todo
-        ]
-        failed: set = set()
         start = time.perf_counter()
-        if items:
-            try:
-                self.client.put_many(items)
-            except memkv.Error as e:
-                failed = failed_keys(e, [names[i] for i in todo])
-                logger.warning("memkv: %d of %d page objects not stored: %s", len(failed), len(items), e)
+        todo, failed = put_absent(
+            self.client, names, present,
+            lambda i: objects[i].view() if objects[i].contiguous else objects[i].gather(),
+            "page objects",
+        )
         ok = self._per_page([names[i] not in failed for i in range(len(names))])
         written = sum(objects[i].size for i in todo if names[i] not in failed)
         self._record(self._backup_pgs, self._backup_bw, len(keys), written, start)

@@ -27,7 +27,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import memkv
 import torch
 from sglang.srt.mem_cache.hicache_storage import (
     HiCacheStorageExtraInfo,
@@ -38,7 +37,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 )
 
 from memkv_sglang.pages import view_at
-from memkv_sglang.plain import failed_keys, group_all, read_lengths
+from memkv_sglang.plain import group_all, put_absent, read_lengths
 from memkv_sglang.pools import MAMBA, PageObject, SidePool
 
 logger = logging.getLogger(__name__)
@@ -249,18 +248,9 @@ class HybridPools:
         results, plan, names, objects = self._plan(transfers, "write")
         if not objects:
             return results
-        # Pages are named by their content's hash: one already stored is not written again.
         present = self._exists_objects(names) or [False] * len(names)
-        todo = [i for i, p in enumerate(present) if not p]
-        failed: set = set()
-        if todo:
-            try:
-                items = [(names[i], objects[i].source()) for i in todo]
-                self.client.put_many(items)
-            except memkv.Error as e:
-                failed = failed_keys(e, [names[i] for i in todo])
-                logger.warning(
-                    "memkv: %d of %d side-pool objects not stored: %s", len(failed), len(todo), e
-                )
+        _, failed = put_absent(
+            self.client, names, present, lambda i: objects[i].source(), "side-pool objects"
+        )
         object_ok = [name not in failed for name in names]
         return self._collect(results, plan, object_ok)

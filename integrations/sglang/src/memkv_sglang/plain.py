@@ -48,6 +48,23 @@ def read_lengths(client: memkv.Client, names: list[str], buffers: list, what: st
         return kept_results(e) or [None] * len(names)
 
 
+def put_absent(
+    client: memkv.Client, names: list[str], present: Sequence[bool], value_of, what: str
+) -> tuple[list[int], set]:
+    """Stores the named objects memkv does not hold yet (objects are named by their content's
+    hash: one already stored is not written again), ``value_of(i)`` giving object i's bytes.
+    Returns which objects were sent, and the names that failed (logged, never raised)."""
+    todo = [i for i, p in enumerate(present) if not p]
+    failed: set = set()
+    if todo:
+        try:
+            client.put_many([(names[i], value_of(i)) for i in todo])
+        except memkv.Error as e:
+            failed = failed_keys(e, [names[i] for i in todo])
+            logger.warning("memkv: %d of %d %s not stored: %s", len(failed), len(todo), what, e)
+    return todo, failed
+
+
 def group_all(object_ok: Sequence[bool], per_page: int) -> list[bool]:
     """Per page: whether every one of its ``per_page`` consecutive objects is ok."""
     return [all(object_ok[i : i + per_page]) for i in range(0, len(object_ok), per_page)]
