@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use memkv_client::{Client, Error, Transport};
+use memkv_client::{Client, ClientConfig, Error, Transport};
 
 fn rxe_or_skip(test: &str) -> Option<(String, String)> {
     use std::io::Write;
@@ -463,6 +463,88 @@ async fn registered_batches_move_without_copies() {
     let err = got[n + 1].as_ref().unwrap_err();
     assert!(err.to_string().contains("exceeds the limit of 8"), "{err}");
     server.shutdown().await.unwrap();
+}
+
+/// A registered batch reads every server at once, each into its own pieces of the buffer:
+/// values from two servers land interleaved in their places, and two hung servers cost the
+/// caller one deadline, not one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_batch_reads_every_server_at_once() {
+    let Some((server_dev, rail)) = rxe_or_skip("a_registered_batch_reads_every_server_at_once")
+    else {
+        return;
+    };
+    let start = || {
+        let mut config =
+            common::server_config("127.0.0.1:0", &format!("rdma:\n  device: {server_dev}\n"));
+        // Or a client on this host would take the shared arena, not RDMA.
+        config.network.shared_memory = false;
+        memkv_server::Server::start(config)
+    };
+    let (a, b) = (start().await.unwrap(), start().await.unwrap());
+    let size = 100_000;
+    let keys: Vec<String> = (0..24).map(|i| format!("spread/{i}")).collect();
+    let mut config = common::client_config(&[&a, &b]);
+    config.transport = Transport::Rdma;
+    config.rdma_devices = vec![rail.clone()];
+    config.timeout = Duration::from_secs(20);
+    let both = Client::connect(config).await.unwrap();
+    for (i, key) in keys.iter().enumerate() {
+        both.put(key.as_bytes(), &pattern(size, i as u8))
+            .await
+            .unwrap();
+    }
+    let mut inp = both.register_buffer(keys.len() * size).unwrap();
+    let wanted: Vec<(&str, std::ops::Range<usize>)> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.as_str(), i * size..(i + 1) * size))
+        .collect();
+    for (i, got) in both
+        .get_batch_into_buffer(&mut inp, &wanted)
+        .await
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(got.as_ref().unwrap(), &Some(size), "{}", keys[i]);
+        assert!(
+            inp.as_slice()[wanted[i].1.clone()] == pattern(size, i as u8)[..],
+            "{}",
+            keys[i]
+        );
+    }
+    assert_eq!(both.transport(), "rdma");
+
+    let (hung_1, _, hold_1) = common::scripted::silent_server().await;
+    let (hung_2, _, hold_2) = common::scripted::silent_server().await;
+    let deadline = Duration::from_secs(2);
+    let mut config = ClientConfig::new([a.data_addr().to_string(), hung_1, hung_2], common::key());
+    config.transport = Transport::Rdma;
+    config.rdma_devices = vec![rail];
+    config.timeout = deadline;
+    let three = Client::connect(config).await.unwrap();
+    let mut inp = three.register_buffer(keys.len() * size).unwrap();
+    let started = Instant::now();
+    let got = three.get_batch_into_buffer(&mut inp, &wanted).await;
+    let took = started.elapsed();
+    let hung = got
+        .iter()
+        .filter(|r| matches!(r, Err(Error::Timeout { .. })))
+        .count();
+    // Keys placed on `a` are read (or missed: they were placed among a and b when stored).
+    let answered = got.iter().filter(|r| r.is_ok()).count();
+    assert!(
+        hung > 0 && answered > 0 && hung + answered == got.len(),
+        "{got:?}"
+    );
+    assert!(
+        took < deadline + deadline / 2,
+        "{hung} keys on two hung servers held the batch {took:?} (deadline {deadline:?})"
+    );
+    hold_1.abort();
+    hold_2.abort();
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,7 +20,8 @@
 //!    `window`, `gate` (the window behind an async wait), `transfer`, `endpoint`, `inflight`
 //!    (the table of posted work requests, generic over the transport), `block`,
 //!    `dc::unavailable`, `dc::selector`, `chunks` (the server staging region's accounting).
-//! 2. Verbs resources: `device`, `memory`, `staging`, `remote_staging` (the server's staging
+//! 2. Verbs resources: `device`, `memory`, `lent` (disjoint pieces of a registered buffer,
+//!    lent so that READs into them run at once), `staging`, `remote_staging` (the server's staging
 //!    region for drive-backed storage), `cq` (a completion queue with its channel, and the
 //!    eventfd that wakes its thread), `rc::verbs`, `dc::ffi`, `dc::handles`, `dc::verbs`,
 //!    `dc::capability`, `dc::choice`, `dc::target`.
@@ -51,6 +52,7 @@ pub mod window;
 // Layer 2: verbs resources.
 mod cq;
 pub mod device;
+mod lent;
 pub mod memory;
 pub mod remote_staging;
 pub mod staging;
@@ -77,6 +79,7 @@ pub use dc::{
 pub use device::{PortLimits, RdmaDevice};
 pub use error::RdmaError;
 pub use gate::PeerWindow;
+pub use lent::LentPieces;
 pub use memkv_proto::connect::RdmaEndpoint;
 pub use memory::{CallerMemory, LocalMemory, MemoryRegion, RegisteredBuffer};
 pub use qp::{QpOptions, QpTransport, RcQueuePair};

@@ -26,6 +26,7 @@ const LAYERS: &[&str] = &[
     // Verbs resources.
     "device",
     "memory",
+    "lent",
     "staging",
     "remote_staging",
     "cq",

@@ -8,7 +8,6 @@ use std::ops::Range;
 
 use super::buffer::RdmaBuffer;
 use super::path::RdmaPath;
-use super::plan::disjoint_mut;
 use super::values::Dest;
 use crate::plan::{Chunk, PUT_ITEM_HEADER, Planned};
 use crate::superseded::Superseded;
@@ -163,8 +162,8 @@ impl Client {
     /// Reads each key's value into `buf[range]` (from its start) by RDMA READ straight into
     /// `buf` on its rail; per item the value's length, or `None` when the key does not exist.
     /// Ranges must lie inside `buf` and not overlap; a value longer than its range is
-    /// `TooLarge`. Servers are served one after another (each read borrows all of `buf`);
-    /// without RDMA the values come over TCP and are copied in.
+    /// `TooLarge`. All servers are read at once, each into its own pieces of `buf`; without
+    /// RDMA the values come over TCP and are copied in.
     pub async fn get_batch_into_buffer<K: AsRef<[u8]>>(
         &self,
         buf: &mut RdmaBuffer,
@@ -184,7 +183,12 @@ impl Client {
             .zip(&inside)
             .map(|(&cap, ok)| if ok.is_ok() { cap } else { 0 })
             .collect();
-        let disjoint = disjoint_mut(buf.as_mut_slice(), &bases, &valid_caps).is_some();
+        let valid: Vec<Range<usize>> = bases
+            .iter()
+            .zip(&valid_caps)
+            .map(|(&b, &c)| b..b + c)
+            .collect();
+        let disjoint = buf.buf.lend(&[valid]).is_ok();
         for ((index, (key, _)), inside) in items.iter().enumerate().zip(inside) {
             let key = key.as_ref();
             let checked = inside.and_then(|()| self.check_key(key));
@@ -207,18 +211,30 @@ impl Client {
             }
         }
         if let Some(rdma) = self.rdma() {
-            for chunk in self.chunks(&planned) {
+            let chunks = self.chunks(&planned);
+            let groups: Vec<Vec<Range<usize>>> = chunks
+                .iter()
+                .map(|c| {
+                    c.items
+                        .iter()
+                        .map(|&i| bases[i]..bases[i] + caps[i])
+                        .collect()
+                })
+                .collect();
+            let rail = buf.rail;
+            let lent = buf
+                .buf
+                .lend(&groups)
+                .expect("ranges checked disjoint and inside");
+            // Each server's values land in pieces of their own: all servers are read at once.
+            let outcomes = join_all(chunks.iter().zip(lent).map(|(chunk, lent)| async move {
                 let keys: Vec<&[u8]> = chunk.items.iter().map(|&i| items[i].0.as_ref()).collect();
-                let chunk_bases: Vec<usize> = chunk.items.iter().map(|&i| bases[i]).collect();
-                let chunk_caps: Vec<usize> = chunk.items.iter().map(|&i| caps[i]).collect();
-                let dest = Dest::Registered {
-                    buf: &mut *buf,
-                    bases: &chunk_bases,
-                    caps: &chunk_caps,
-                };
-                let results = self
-                    .get_values_rdma(rdma, chunk.server, "get_batch", &keys, dest)
-                    .await;
+                let dest = Dest::Registered { lent, rail };
+                self.get_values_rdma(rdma, chunk.server, "get_batch", &keys, dest)
+                    .await
+            }))
+            .await;
+            for (chunk, results) in chunks.iter().zip(outcomes) {
                 for (&i, r) in chunk.items.iter().zip(results) {
                     out[i] = Some(r);
                 }

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use memkv_rdma::{
-    DcPeer, DcSupport, DciPool, LocalMemory, QpOptions, RcQueuePair, RdmaDevice, RdmaError,
-    Transfer,
+    DcPeer, DcSupport, DciPool, LentPieces, LocalMemory, QpOptions, RcQueuePair, RdmaDevice,
+    RdmaError, Transfer,
 };
 
 pub(crate) enum Channel {
@@ -34,6 +34,17 @@ impl Channel {
         match self {
             Channel::Rc(qp) => qp.read_batch(local, transfers).await,
             Channel::Dc { pool, peer } => pool.read_batch(peer, local, transfers).await,
+        }
+    }
+
+    pub async fn read_lent(
+        &self,
+        lent: &mut LentPieces<'_>,
+        transfers: &[Transfer],
+    ) -> Result<(), RdmaError> {
+        match self {
+            Channel::Rc(qp) => qp.read_lent(lent, transfers).await,
+            Channel::Dc { pool, peer } => pool.read_lent(peer, lent, transfers).await,
         }
     }
 

@@ -9,11 +9,11 @@
 
 use std::sync::Arc;
 
-use memkv_rdma::{RdmaError, Transfer};
+use memkv_rdma::{LentPieces, RdmaError, Transfer};
 
 use super::buffer::RdmaBuffer;
 use super::path::{ArenaWindow, RdmaPath, Session, rdma_err};
-use super::plan::{Segment, disjoint_mut, pack, split_for_rails, spread};
+use super::plan::{Segment, pack, split_for_rails, spread};
 use crate::{Error, Result};
 use futures::future::join_all;
 
@@ -145,41 +145,43 @@ impl RdmaPath {
         moved
     }
 
-    /// READs `remotes[i]` into `buf` at `bases[i]`: straight into it on its rail, else staged.
-    /// The ranges `bases[i]..+remotes[i].len` must be disjoint and inside `buf`.
+    /// READs `remotes[i]` into the start of `lent`'s piece `i`: straight into it when its
+    /// buffer is registered on this session's rail `rail`, else staged.
     pub async fn read_registered(
         &self,
         index: usize,
         server: &str,
         sessions: &[Arc<Session>],
         remotes: &[Remote],
-        buf: &mut RdmaBuffer,
-        bases: &[usize],
+        lent: &mut LentPieces<'_>,
+        rail: usize,
     ) -> Moved {
         let mut sessions = sessions.to_vec();
-        if let Some(home) = sessions.iter().position(|s| s.rail == buf.rail) {
-            let transfers = direct_transfers(remotes, bases);
-            let result = sessions[home]
-                .channel
-                .read_batch(&mut buf.buf, &transfers)
-                .await;
+        if let Some(home) = sessions.iter().position(|s| s.rail == rail) {
+            let transfers: Vec<Transfer> = remotes
+                .iter()
+                .map(|r| Transfer {
+                    local_offset: 0,
+                    len: r.len,
+                    remote_addr: r.addr,
+                    rkey: r.rkey,
+                })
+                .collect();
+            let result = sessions[home].channel.read_lent(lent, &transfers).await;
             if let Some(moved) =
                 self.after_direct(index, server, &mut sessions, home, remotes, result, "read")
             {
                 return moved;
             }
         }
-        let lens: Vec<usize> = remotes.iter().map(|r| r.len).collect();
-        match disjoint_mut(buf.as_mut_slice(), bases, &lens) {
-            Some(dests) => {
-                self.read_values(index, server, &sessions, remotes, dests)
-                    .await
-            }
-            None => remotes
-                .iter()
-                .map(|_| Some(rdma_err(server, "destination ranges overlap")))
-                .collect(),
-        }
+        let dests = lent
+            .pieces_mut()
+            .iter_mut()
+            .zip(remotes)
+            .map(|(piece, r)| &mut piece[..r.len])
+            .collect();
+        self.read_values(index, server, &sessions, remotes, dests)
+            .await
     }
 
     /// Settles a direct transfer on `sessions[home]`: `Some` is the outcome for every value;

@@ -122,36 +122,6 @@ pub(crate) fn split_for_rails<'a>(
     per_rail
 }
 
-/// `buf[bases[i]..+lens[i]]` as separate mutable slices; `None` if any two overlap or one
-/// leaves `buf`.
-pub(crate) fn disjoint_mut<'a>(
-    buf: &'a mut [u8],
-    bases: &[usize],
-    lens: &[usize],
-) -> Option<Vec<&'a mut [u8]>> {
-    let mut order: Vec<usize> = (0..bases.len()).collect();
-    order.sort_by_key(|&i| (bases[i], lens[i]));
-    let mut out: Vec<&'a mut [u8]> = bases.iter().map(|_| Default::default()).collect();
-    let mut rest = buf;
-    let mut at = 0usize;
-    for i in order {
-        if lens[i] == 0 {
-            continue;
-        }
-        let skip = bases[i].checked_sub(at)?;
-        let end = skip.checked_add(lens[i])?;
-        if end > rest.len() {
-            return None;
-        }
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
-        let (mine, tail) = tail.split_at_mut(lens[i]);
-        out[i] = mine;
-        rest = tail;
-        at = bases[i] + lens[i];
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,23 +205,6 @@ mod tests {
             ]
         );
         assert!(pack([0, 0], 8).is_empty());
-    }
-
-    #[test]
-    fn disjoint_ranges_split_in_any_order_and_overlaps_are_refused() {
-        let mut buf = [0u8; 10];
-        let parts = disjoint_mut(&mut buf, &[6, 0, 3], &[4, 2, 0]).unwrap();
-        assert_eq!(
-            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
-            vec![4, 2, 0]
-        );
-        for (i, p) in parts.into_iter().enumerate() {
-            p.fill(i as u8 + 1);
-        }
-        assert_eq!(buf, [2, 2, 0, 0, 0, 0, 1, 1, 1, 1]);
-        assert!(disjoint_mut(&mut buf, &[0, 1], &[2, 2]).is_none());
-        assert!(disjoint_mut(&mut buf, &[8], &[3]).is_none());
-        assert!(disjoint_mut(&mut buf, &[usize::MAX], &[2]).is_none());
     }
 
     #[test]

@@ -74,11 +74,12 @@ impl Client {
                 .rdma_fallback_reason()
                 .unwrap_or_else(|| "no RDMA transport".into()),
         })?;
-        let cap = buf.len();
+        let rail = buf.rail;
+        let whole = vec![vec![0..buf.len()]];
+        let lent = buf.buf.lend(&whole).expect("the whole buffer is one piece");
         let dest = Dest::Registered {
-            buf,
-            bases: &[0],
-            caps: &[cap],
+            lent: lent.into_iter().next().expect("one group asked for"),
+            rail,
         };
         one(self.get_values_rdma(rdma, index, "get", &[key], dest).await)
     }

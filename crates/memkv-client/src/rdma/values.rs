@@ -6,6 +6,7 @@
 use std::task::Poll;
 
 use memkv_proto::messages::LookupResponse;
+use memkv_rdma::LentPieces;
 
 use super::buffer::{RdmaBuffer, verify};
 use super::mover::{Remote, merge};
@@ -18,13 +19,9 @@ use futures::future::join_all;
 pub(crate) enum Dest<'a> {
     /// One vector per key, resized to its value.
     Vecs(&'a mut [Vec<u8>]),
-    /// Ranges of a registered buffer: key `i`'s value goes at `bases[i]` and may be at most
-    /// `caps[i]` bytes. Ranges are disjoint and inside the buffer.
-    Registered {
-        buf: &'a mut RdmaBuffer,
-        bases: &'a [usize],
-        caps: &'a [usize],
-    },
+    /// Pieces of a buffer registered on rail `rail`: key `i`'s value goes at the start of
+    /// piece `i` and may be at most as long as it.
+    Registered { lent: LentPieces<'a>, rail: usize },
 }
 
 impl Client {
@@ -131,9 +128,10 @@ impl Client {
             for (i, pin) in pins.iter().enumerate() {
                 let (cap, what) = match &dest {
                     Dest::Vecs(_) => (limit, "value"),
-                    Dest::Registered { caps, .. } => {
-                        (caps[i] as u64, "value for the registered buffer")
-                    }
+                    Dest::Registered { lent, .. } => (
+                        lent.piece(i).len() as u64,
+                        "value for the registered buffer",
+                    ),
                 };
                 let (result, remote) = match pin {
                     Err(e) => (Err(e.clone()), Remote::default()),
@@ -181,13 +179,13 @@ impl Client {
                     }
                     return Ok(out);
                 }
-                Dest::Registered { buf, bases, .. } => {
+                Dest::Registered { mut lent, rail } => {
                     let moved = rdma
-                        .read_registered(index, &server, &sessions, &remotes, buf, bases)
+                        .read_registered(index, &server, &sessions, &remotes, &mut lent, rail)
                         .await;
                     self.release_pins(index, &pins);
                     let checked = check_all(&server, &pins, &found, &moved, |i| {
-                        &buf.as_slice()[bases[i]..bases[i] + remotes[i].len]
+                        &lent.piece(i)[..remotes[i].len]
                     });
                     merge(checked, found)
                 }

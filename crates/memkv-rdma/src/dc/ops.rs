@@ -6,6 +6,7 @@ use crate::dc::initiators::{PoolCore, lock};
 use crate::dc::pool::{DcPeer, DciPool};
 use crate::dc::selector::Assignment;
 use crate::error::RdmaError;
+use crate::lent::LentPieces;
 use crate::memory::LocalMemory;
 use crate::op::Op;
 use crate::ops::{Sender, execute};
@@ -72,6 +73,19 @@ impl DciPool {
         self.execute(peer, Op::Read, &*local, transfers).await
     }
 
+    /// READs `transfers[i]` from `peer` into piece `i` of `lent`, batched like
+    /// [`DciPool::read_batch`]; other groups lent from the same buffer may be read into meanwhile.
+    pub async fn read_lent(
+        &self,
+        peer: &DcPeer,
+        lent: &mut LentPieces<'_>,
+        transfers: &[Transfer],
+    ) -> Result<(), RdmaError> {
+        self.check_peer(peer)?;
+        let chunks = lent.plan(transfers, self.max_msg())?;
+        self.run(peer, Op::Read, chunks).await
+    }
+
     async fn execute<L: LocalMemory + ?Sized>(
         &self,
         peer: &DcPeer,
@@ -79,20 +93,35 @@ impl DciPool {
         local: &L,
         transfers: &[Transfer],
     ) -> Result<(), RdmaError> {
-        let core = &self.core;
-        if peer.pool_id != core.id {
+        self.check_peer(peer)?;
+        let max_msg = self.max_msg();
+        let chunks = plan_chunks(local.addr(), local.len(), local.lkey(), transfers, max_msg)?;
+        self.run(peer, op, chunks).await
+    }
+
+    fn check_peer(&self, peer: &DcPeer) -> Result<(), RdmaError> {
+        if peer.pool_id != self.core.id {
             return Err(RdmaError::InvalidArgument {
                 name: "peer",
                 value: format!("DC target {:#x}", peer.dct_num),
                 limit: "a peer is used with the pool whose add_peer made it",
             });
         }
-        let max_msg = crate::transfer::message_limit(core.device.limits().max_msg_size);
-        let chunks = plan_chunks(local.addr(), local.len(), local.lkey(), transfers, max_msg)?;
+        Ok(())
+    }
+
+    fn max_msg(&self) -> u32 {
+        crate::transfer::message_limit(self.core.device.limits().max_msg_size)
+    }
+
+    async fn run(&self, peer: &DcPeer, op: Op, chunks: Vec<Chunk>) -> Result<(), RdmaError> {
         if chunks.is_empty() {
             return Ok(());
         }
-        let sender = DcSender { core, peer };
+        let sender = DcSender {
+            core: &self.core,
+            peer,
+        };
         execute(&sender, op, &chunks, &peer.window).await
     }
 }

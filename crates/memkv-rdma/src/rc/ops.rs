@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::completion::{self, QueuePairs as _};
 use crate::error::RdmaError;
+use crate::lent::LentPieces;
 use crate::memory::LocalMemory;
 use crate::op::Op;
 use crate::ops::{Sender, execute};
@@ -72,15 +73,34 @@ impl RcQueuePair {
         self.execute(Op::Read, &*local, transfers).await
     }
 
+    /// READs `transfers[i]` into piece `i` of `lent`, chained like [`RcQueuePair::read_batch`];
+    /// other groups lent from the same buffer may be read into meanwhile.
+    pub async fn read_lent(
+        &self,
+        lent: &mut LentPieces<'_>,
+        transfers: &[Transfer],
+    ) -> Result<(), RdmaError> {
+        let chunks = lent.plan(transfers, self.max_msg())?;
+        self.run(Op::Read, chunks).await
+    }
+
+    fn max_msg(&self) -> u32 {
+        crate::transfer::message_limit(self.core.device.limits().max_msg_size)
+    }
+
     async fn execute<L: LocalMemory + ?Sized>(
         &self,
         op: Op,
         local: &L,
         transfers: &[Transfer],
     ) -> Result<(), RdmaError> {
-        let core = &self.core;
-        let max_msg = crate::transfer::message_limit(core.device.limits().max_msg_size);
+        let max_msg = self.max_msg();
         let chunks = plan_chunks(local.addr(), local.len(), local.lkey(), transfers, max_msg)?;
+        self.run(op, chunks).await
+    }
+
+    async fn run(&self, op: Op, chunks: Vec<Chunk>) -> Result<(), RdmaError> {
+        let core = &self.core;
         let window =
             core.connection
                 .get()
