@@ -292,12 +292,20 @@ async fn an_attach_slower_than_the_deadline_finishes_for_the_next_operation() {
             Err(e) => panic!("the client never attached: {e}"),
         }
     }
-    c.put(b"large", &value).await.unwrap();
+    // Attached, a 1 MiB put and get fit in 30 ms unless a loaded machine preempts them (seen
+    // while other test suites ran): then they are tried again.
     let mut back = vec![0u8; 1 << 20];
-    assert_eq!(
-        c.get_into_slice(b"large", &mut back).await.unwrap(),
-        Some(value.len())
-    );
+    let read = loop {
+        let moved = match c.put(b"large", &value).await {
+            Ok(()) => c.get_into_slice(b"large", &mut back).await,
+            Err(e) => Err(e),
+        };
+        match moved {
+            Err(Error::Timeout { .. }) if Instant::now() < until => continue,
+            done => break done.unwrap(),
+        }
+    };
+    assert_eq!(read, Some(value.len()));
     assert!(back == value);
     server.shutdown().await.unwrap();
 }
