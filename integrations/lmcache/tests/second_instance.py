@@ -18,7 +18,7 @@ from conftest import pattern  # noqa: E402
 
 
 def native_plugin(spec: str, args: dict) -> list[str]:
-    from test_native_plugin import build_adapter, load
+    from l2_ops import build_adapter, load
 
     _, adapter = build_adapter(json.loads(spec))
     try:
