@@ -21,7 +21,7 @@ from memkv_lmcache._params import client_kwargs
 class MemkvConnector:
     """memkv behind LMCache's native connector contract (event_fd, submit_batch_*,
     drain_completions, close), including ``submit_batch_delete`` so that L2 eviction
-    really frees memkv memory.
+    really frees memkv memory; plus ``register`` (memory for RDMA) and ``transport``.
 
     adapter_params: ``servers`` (list or "h:p,h:p"), ``auth_key`` (64 hex digits) or
     ``auth_key_file``, ``transport`` ("auto", "tcp", "rdma"), ``timeout_ms``, ``config``
@@ -41,6 +41,12 @@ class MemkvConnector:
         # add_reader) poll the eventfd and never read it: draining resets it (in memkv), or
         # it would stay readable and they would spin.
         self.drain_completions = self._native.drain_completions
+        # The ``plugin`` adapter (memkv_lmcache.l2) registers LMCache's L1 arena through this.
+        self.register = self._native.register
+
+    @property
+    def transport(self) -> str:
+        return self._native.transport
 
     def close(self) -> None:
         self._native.close()
