@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from memkv_lmcache import client_kwargs
@@ -45,3 +48,12 @@ def test_bad_values_name_the_setting():
         "transport": "rdma",
         "timeout_ms": 250,
     }
+
+
+def test_package_import_leaves_lmcache_out():
+    # An LMCache server imports memkv_lmcache (or memkv_lmcache.l2) itself; the package root
+    # must not pull lmcache and torch into processes that only want the connector.
+    code = "import sys, memkv_lmcache; print(sorted(m for m in ('lmcache', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
