@@ -1,32 +1,30 @@
 //! Memory the caller registered (`Client.register`): with RDMA, each region is registered with
 //! the NIC once, and batches whose buffers all lie inside one region move with no copy
-//! (`put_batch_from` / `get_batch_into_buffer` on it); everything else takes the client's
-//! ordinary path (staging buffers, or TCP).
+//! (`put_batch_in` / `get_batch_in` on it); everything else takes the client's ordinary path
+//! (staging buffers, or TCP). A region is only a registration: the bytes a batch moves are its
+//! buffers' own, so batches on one region run side by side, as on the ordinary path.
 
 use std::sync::{Arc, Mutex};
 
 use memkv_client::{Client as RustClient, RdmaBuffer, Result as ClientResult};
-use tokio::sync::RwLock;
 
 use crate::buffer::{ByteBuffer, Released};
 
 /// One registered region.
 enum Region {
-    /// Registered with the NIC; reads share it, gets into it take it whole (the Rust API
-    /// borrows a buffer exclusively while RDMA writes into it).
+    /// Registered with the NIC.
     Rdma {
         base: usize,
         len: usize,
-        buf: Arc<RwLock<RdmaBuffer>>,
+        buf: Arc<RdmaBuffer>,
     },
     /// TCP: nothing to register; kept exported for as long as the client, as promised.
     Kept(#[allow(dead_code)] ByteBuffer),
 }
 
-/// A batch's region and where it starts.
+/// The region holding a batch's buffers.
 pub struct Routed {
-    base: usize,
-    buf: Arc<RwLock<RdmaBuffer>>,
+    buf: Arc<RdmaBuffer>,
 }
 
 #[derive(Default)]
@@ -41,7 +39,7 @@ impl Regions {
             Region::Rdma {
                 base,
                 len,
-                buf: Arc::new(RwLock::new(client.register_memory(Box::new(buffer))?)),
+                buf: Arc::new(client.register_memory(Box::new(buffer))?),
             }
         } else {
             Region::Kept(buffer)
@@ -76,28 +74,12 @@ impl Regions {
                     start >= *base && start + n <= base + len
                 });
                 inside.then(|| Routed {
-                    base: *base,
                     buf: Arc::clone(buf),
                 })
             }
             Region::Kept(_) => None,
         })
     }
-}
-
-fn ranges<'k>(
-    keys: &'k [Vec<u8>],
-    buffers: &[ByteBuffer],
-    base: usize,
-) -> Vec<(&'k [u8], std::ops::Range<usize>)> {
-    keys.iter()
-        .map(Vec::as_slice)
-        .zip(buffers)
-        .map(|(k, b)| {
-            let (start, n) = b.span();
-            (k, start - base..start - base + n)
-        })
-        .collect()
 }
 
 /// Stores `values[i]` under `keys[i]`: straight from the registered region when they all lie in
@@ -110,10 +92,12 @@ pub async fn put_many(
 ) -> Vec<ClientResult<()>> {
     match routed {
         Some(r) => {
-            let buf = r.buf.read().await;
-            client
-                .put_batch_from(&buf, &ranges(keys, values, r.base))
-                .await
+            let items: Vec<(&[u8], &[u8])> = keys
+                .iter()
+                .map(Vec::as_slice)
+                .zip(values.iter().map(ByteBuffer::as_slice))
+                .collect();
+            client.put_batch_in(&r.buf, &items).await
         }
         None => {
             let pairs: Vec<(&[u8], &[u8])> = keys
@@ -136,15 +120,19 @@ pub async fn get_many_into(
     client: &RustClient,
     routed: Option<Routed>,
     keys: &[Vec<u8>],
-    buffers: Vec<ByteBuffer>,
+    mut buffers: Vec<ByteBuffer>,
     lent: Released,
 ) -> (Vec<ClientResult<Option<usize>>>, Vec<ByteBuffer>) {
     match routed {
         Some(r) => {
-            let mut buf = r.buf.write().await;
-            let results = client
-                .get_batch_into_buffer(&mut buf, &ranges(keys, &buffers, r.base))
-                .await
+            let mut items: Vec<(&[u8], &mut [u8])> = keys
+                .iter()
+                .map(Vec::as_slice)
+                .zip(buffers.iter_mut().map(ByteBuffer::as_mut_slice))
+                .collect();
+            let results = client.get_batch_in(&r.buf, &mut items).await;
+            drop(items);
+            let results = results
                 .into_iter()
                 .zip(buffers.iter())
                 .map(|(res, b)| {

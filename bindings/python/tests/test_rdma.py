@@ -129,3 +129,61 @@ def test_connector_over_rdma_with_a_registered_arena(
     assert np.array_equal(arena[8 * chunk : 12 * chunk], arena[: 4 * chunk])
     sel.close()
     conn.close()
+
+
+def test_batches_on_one_registered_pool_run_side_by_side(
+    rxe: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch waiting on a hung server holds none of the pool: another thread's batch on other
+    pages of it, from a server that answers, ends at once (it used to wait the deadline out)."""
+    import threading
+    import time
+
+    monkeypatch.setenv("MEMKV_RDMA_DEVICES", rxe[1])
+    yaml = f"rdma:\n  device: {rxe[0]}\n"
+    with (
+        MemkvServer(extra_yaml=yaml, max_size="64 MiB") as live,
+        MemkvServer(extra_yaml=yaml, max_size="64 MiB", auth_key=live.auth_key) as hung,
+        memkv.Client(
+            servers=[live.address, hung.address],
+            auth_key=live.auth_key,
+            transport="rdma",
+            timeout_ms=3000,
+        ) as client,
+        live.client(transport="tcp") as only_live,
+    ):
+        page = 64 << 10
+        pool = np.zeros(64 * page, dtype=np.uint8)
+        client.register(pool)
+        keys = [f"rdma/side/{i}" for i in range(16)]
+        for i in range(16):
+            pool[i * page : (i + 1) * page] = pattern(page, i)
+        client.put_many([(k, pool[i * page : (i + 1) * page]) for i, k in enumerate(keys)])
+        on_live = [k for k, here in zip(keys, only_live.exists_many(keys)) if here]
+        on_hung = [k for k in keys if k not in on_live]
+        assert on_live and on_hung, "16 keys over two servers"
+        hung.pause()
+        try:
+            stuck: list[BaseException] = []
+
+            def wait_on_hung() -> None:
+                dests = [pool[(32 + i) * page : (33 + i) * page] for i in range(len(on_hung))]
+                try:
+                    client.get_many_into(on_hung, dests)
+                except memkv.Error as e:
+                    stuck.append(e)
+
+            waiting = threading.Thread(target=wait_on_hung)
+            waiting.start()
+            time.sleep(0.3)
+            dests = [pool[(48 + i) * page : (49 + i) * page] for i in range(len(on_live))]
+            started = time.monotonic()
+            assert client.get_many_into(on_live, dests) == [page] * len(on_live)
+            took = time.monotonic() - started
+            waiting.join(10)
+        finally:
+            hung.resume()
+        assert took < 1.5, f"a batch on other pages waited {took:.2f} s behind the hung one"
+        for i, k in enumerate(on_live):
+            assert np.array_equal(dests[i], pattern(page, keys.index(k)))
+        assert stuck and isinstance(stuck[0], memkv.TimeoutError), stuck

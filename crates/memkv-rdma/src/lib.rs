@@ -79,7 +79,7 @@ pub use dc::{
 pub use device::{PortLimits, RdmaDevice};
 pub use error::RdmaError;
 pub use gate::PeerWindow;
-pub use lent::LentPieces;
+pub use lent::{LentPieces, SharedPieces};
 pub use memkv_proto::connect::RdmaEndpoint;
 pub use memory::{CallerMemory, LocalMemory, MemoryRegion, RegisteredBuffer};
 pub use qp::{QpOptions, QpTransport, RcQueuePair};

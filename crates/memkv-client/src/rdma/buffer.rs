@@ -27,7 +27,7 @@ impl RdmaBuffer {
 
     /// Its length.
     pub fn len(&self) -> usize {
-        self.buf.as_slice().len()
+        memkv_rdma::LocalMemory::len(&self.buf)
     }
 
     /// Whether it has no bytes.

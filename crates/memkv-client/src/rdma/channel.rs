@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use memkv_rdma::{
     DcPeer, DcSupport, DciPool, LentPieces, LocalMemory, QpOptions, RcQueuePair, RdmaDevice,
-    RdmaError, Transfer,
+    RdmaError, SharedPieces, Transfer,
 };
 
 pub(crate) enum Channel {
@@ -34,6 +34,17 @@ impl Channel {
         match self {
             Channel::Rc(qp) => qp.read_batch(local, transfers).await,
             Channel::Dc { pool, peer } => pool.read_batch(peer, local, transfers).await,
+        }
+    }
+
+    pub async fn write_shared(
+        &self,
+        shared: &SharedPieces<'_>,
+        transfers: &[Transfer],
+    ) -> Result<(), RdmaError> {
+        match self {
+            Channel::Rc(qp) => qp.write_shared(shared, transfers).await,
+            Channel::Dc { pool, peer } => pool.write_shared(peer, shared, transfers).await,
         }
     }
 

@@ -9,7 +9,8 @@
 //! 6. [`control`]: the TCP control messages around a transfer (Allocate, Commit, Abort,
 //!    Lookup, Release).
 //! 7. [`values`]: puts and gets of many values with one server: control, then one transfer.
-//! 8. [`single`], [`batch`]: the client's single-value and batch operations over RDMA.
+//! 8. [`single`], [`batch`], [`registered`]: the client's single-value and batch operations
+//!    over RDMA, and batches to and from a registered buffer.
 //!
 //! The client's core (`crate::client`: placement, pools, deadlines) sits between 3 and 4: it
 //! holds the [`path::RdmaPath`], and layers 4 and up are operations on it.
@@ -23,6 +24,7 @@ pub(crate) mod mover;
 pub(crate) mod path;
 pub(crate) mod plan;
 pub(crate) mod rails;
+pub(crate) mod registered;
 pub(crate) mod single;
 pub(crate) mod values;
 

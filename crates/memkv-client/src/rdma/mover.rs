@@ -9,9 +9,8 @@
 
 use std::sync::Arc;
 
-use memkv_rdma::{LentPieces, RdmaError, Transfer};
+use memkv_rdma::{LentPieces, RdmaError, SharedPieces, Transfer};
 
-use super::buffer::RdmaBuffer;
 use super::path::{ArenaWindow, RdmaPath, Session, rdma_err};
 use super::plan::{Segment, pack, split_for_rails, spread};
 use crate::{Error, Result};
@@ -60,7 +59,7 @@ pub(crate) type Moved = Vec<Option<Error>>;
 
 impl RdmaPath {
     /// WRITEs `values[i]` (`remotes[i].len` bytes of it) to `remotes[i]`. `direct`: the values
-    /// are the registered buffer's bytes at these offsets.
+    /// are these pieces of a buffer registered on this rail.
     pub async fn write_values(
         &self,
         index: usize,
@@ -68,16 +67,16 @@ impl RdmaPath {
         sessions: &[Arc<Session>],
         remotes: &[Remote],
         values: &[&[u8]],
-        direct: Option<(&RdmaBuffer, &[usize])>,
+        direct: Option<(&SharedPieces<'_>, usize)>,
     ) -> Moved {
         let mut sessions = sessions.to_vec();
-        if let Some((buf, bases)) = direct
-            && let Some(home) = sessions.iter().position(|s| s.rail == buf.rail)
+        if let Some((shared, rail)) = direct
+            && let Some(home) = sessions.iter().position(|s| s.rail == rail)
         {
-            let transfers = direct_transfers(remotes, bases);
+            let transfers = piece_transfers(remotes);
             let result = sessions[home]
                 .channel
-                .write_batch(&buf.buf, &transfers)
+                .write_shared(shared, &transfers)
                 .await;
             if let Some(moved) =
                 self.after_direct(index, server, &mut sessions, home, remotes, result, "write")
@@ -158,15 +157,7 @@ impl RdmaPath {
     ) -> Moved {
         let mut sessions = sessions.to_vec();
         if let Some(home) = sessions.iter().position(|s| s.rail == rail) {
-            let transfers: Vec<Transfer> = remotes
-                .iter()
-                .map(|r| Transfer {
-                    local_offset: 0,
-                    len: r.len,
-                    remote_addr: r.addr,
-                    rkey: r.rkey,
-                })
-                .collect();
+            let transfers = piece_transfers(remotes);
             let result = sessions[home].channel.read_lent(lent, &transfers).await;
             if let Some(moved) =
                 self.after_direct(index, server, &mut sessions, home, remotes, result, "read")
@@ -307,13 +298,12 @@ impl RdmaPath {
     }
 }
 
-fn direct_transfers(remotes: &[Remote], bases: &[usize]) -> Vec<Transfer> {
+/// One transfer per value, from or into the start of its own piece.
+fn piece_transfers(remotes: &[Remote]) -> Vec<Transfer> {
     remotes
         .iter()
-        .zip(bases)
-        .filter(|(r, _)| r.len > 0)
-        .map(|(r, &base)| Transfer {
-            local_offset: base,
+        .map(|r| Transfer {
+            local_offset: 0,
             len: r.len,
             remote_addr: r.addr,
             rkey: r.rkey,

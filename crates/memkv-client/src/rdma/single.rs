@@ -104,7 +104,14 @@ impl Client {
         value: &[u8],
         registered: Option<&RdmaBuffer>,
     ) -> Result<()> {
-        let direct = registered.map(|b| (b, &[0usize][..]));
+        let shared = registered.map(|b| {
+            let pieces = b.buf.share_pieces(vec![value]);
+            (
+                pieces.expect("the value is the buffer's first bytes"),
+                b.rail,
+            )
+        });
+        let direct = shared.as_ref().map(|(pieces, rail)| (pieces, *rail));
         one(self
             .put_values_rdma(rdma, index, "put", &[key], &[value], direct)
             .await)

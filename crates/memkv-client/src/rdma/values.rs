@@ -6,9 +6,9 @@
 use std::task::Poll;
 
 use memkv_proto::messages::LookupResponse;
-use memkv_rdma::LentPieces;
+use memkv_rdma::{LentPieces, SharedPieces};
 
-use super::buffer::{RdmaBuffer, verify};
+use super::buffer::verify;
 use super::mover::{Remote, merge};
 use super::path::{ArenaWindow, RdmaPath};
 use crate::client::Client;
@@ -26,7 +26,7 @@ pub(crate) enum Dest<'a> {
 
 impl Client {
     /// Stores `values[i]` under `keys[i]` on server `index` over RDMA. `direct`: the values are
-    /// the registered buffer's bytes at these offsets (no staging copy on its rail).
+    /// these pieces of a buffer registered on this rail (no staging copy on it).
     pub(crate) async fn put_values_rdma(
         &self,
         rdma: &RdmaPath,
@@ -34,7 +34,7 @@ impl Client {
         op: &'static str,
         keys: &[&[u8]],
         values: &[&[u8]],
-        direct: Option<(&RdmaBuffer, &[usize])>,
+        direct: Option<(&SharedPieces<'_>, usize)>,
     ) -> Vec<Result<()>> {
         let server = self.server_name(index).to_owned();
         let work = async {

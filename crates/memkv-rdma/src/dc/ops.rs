@@ -6,7 +6,7 @@ use crate::dc::initiators::{PoolCore, lock};
 use crate::dc::pool::{DcPeer, DciPool};
 use crate::dc::selector::Assignment;
 use crate::error::RdmaError;
-use crate::lent::LentPieces;
+use crate::lent::{LentPieces, SharedPieces};
 use crate::memory::LocalMemory;
 use crate::op::Op;
 use crate::ops::{Sender, execute};
@@ -84,6 +84,19 @@ impl DciPool {
         self.check_peer(peer)?;
         let chunks = lent.plan(transfers, self.max_msg())?;
         self.run(peer, Op::Read, chunks).await
+    }
+
+    /// WRITEs piece `i` of `shared` to `peer` as `transfers[i]` says, batched like
+    /// [`DciPool::write_batch`].
+    pub async fn write_shared(
+        &self,
+        peer: &DcPeer,
+        shared: &SharedPieces<'_>,
+        transfers: &[Transfer],
+    ) -> Result<(), RdmaError> {
+        self.check_peer(peer)?;
+        let chunks = shared.plan(transfers, self.max_msg())?;
+        self.run(peer, Op::Write, chunks).await
     }
 
     async fn execute<L: LocalMemory + ?Sized>(

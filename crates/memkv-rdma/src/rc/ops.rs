@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::completion::{self, QueuePairs as _};
 use crate::error::RdmaError;
-use crate::lent::LentPieces;
+use crate::lent::{LentPieces, SharedPieces};
 use crate::memory::LocalMemory;
 use crate::op::Op;
 use crate::ops::{Sender, execute};
@@ -82,6 +82,17 @@ impl RcQueuePair {
     ) -> Result<(), RdmaError> {
         let chunks = lent.plan(transfers, self.max_msg())?;
         self.run(Op::Read, chunks).await
+    }
+
+    /// WRITEs piece `i` of `shared` (from `transfers[i].local_offset`) as `transfers[i]` says,
+    /// chained like [`RcQueuePair::write_batch`].
+    pub async fn write_shared(
+        &self,
+        shared: &SharedPieces<'_>,
+        transfers: &[Transfer],
+    ) -> Result<(), RdmaError> {
+        let chunks = shared.plan(transfers, self.max_msg())?;
+        self.run(Op::Write, chunks).await
     }
 
     fn max_msg(&self) -> u32 {
