@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use pyo3_async_runtimes::tokio::future_into_py;
 
+use crate::asyncio::future_into_py;
 use crate::buffer::ByteBuffer;
 use crate::client::{Shared, bytes_or_none, check_counts, items, writable_all};
 use crate::config::Args;

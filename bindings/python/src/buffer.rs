@@ -247,10 +247,13 @@ unsafe impl memkv_client::CallerMemory for ByteBuffer {
 
 impl Drop for ByteBuffer {
     fn drop(&mut self) {
-        // Releasing a buffer runs the exporter's code: it needs the interpreter.
-        Python::attach(|_| {
-            // SAFETY: `view` was filled by a successful PyObject_GetBuffer and is released
-            // exactly once, here.
+        // Releasing a buffer runs the exporter's code: it needs the interpreter. Once Python is
+        // exiting (`crate::shutdown`) the export is kept instead: the object stays alive and
+        // exported, and its memory goes with the process. Only a release would read the
+        // descriptor, so it is freed with `self` all the same.
+        crate::shutdown::attach(|_| {
+            // SAFETY: `view` was filled by a successful PyObject_GetBuffer and is released at
+            // most once, here.
             unsafe { ffi::PyBuffer_Release(&mut *self.view) }
         });
         self.released.take();

@@ -2,6 +2,7 @@
 //! `memkv-client`. The Python half (`python/memkv`) re-exports them with type stubs.
 
 mod async_client;
+mod asyncio;
 mod buffer;
 mod client;
 mod config;
@@ -10,6 +11,7 @@ mod errors;
 mod keys;
 mod regions;
 mod runtime;
+mod shutdown;
 
 use pyo3::prelude::*;
 
@@ -20,5 +22,6 @@ fn _memkv(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<async_client::AsyncClient>()?;
     m.add_class::<connector::MemkvConnector>()?;
     errors::register(m)?;
+    shutdown::register(m)?;
     Ok(())
 }
