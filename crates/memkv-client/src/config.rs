@@ -11,6 +11,9 @@ use serde::Deserialize;
 use crate::{Error, Result};
 use memkv_config::key_file;
 
+mod fabric;
+pub use fabric::{FABRIC_ENV_VARS, GID_INDEX_ENV, SERVICE_LEVEL_ENV, TRAFFIC_CLASS_ENV};
+
 /// Server used when none is configured.
 pub const DEFAULT_SERVER: &str = "127.0.0.1:9900";
 /// Connections per server unless configured.
@@ -81,6 +84,16 @@ pub struct ClientConfig {
     pub payload_mac: bool,
     /// Client-side RDMA path MTU cap (`mtu:` in the file); `None`: the port's active MTU.
     pub rdma_mtu: Option<memkv_fabric::types::Mtu>,
+    /// RoCE GRH traffic class (DSCP << 2) of this client's queue pairs; `None` (or 0):
+    /// detected per port over dcbnl, as the server's `rdma.traffic_class`. Ignored on
+    /// InfiniBand.
+    pub traffic_class: Option<u8>,
+    /// Service level (0..=15): on RoCE the PFC priority, on InfiniBand an SL the SM maps to a
+    /// virtual lane; `None`: detected on RoCE, 0 on InfiniBand.
+    pub service_level: Option<u8>,
+    /// RoCE source GID index; `None`: memkv-fabric's choice (a RoCE v2 GID with an IPv4
+    /// address). Ignored on InfiniBand.
+    pub gid_index: Option<u8>,
 }
 
 impl ClientConfig {
@@ -97,6 +110,9 @@ impl ClientConfig {
             num_dcis: DEFAULT_NUM_DCIS,
             payload_mac: false,
             rdma_mtu: None,
+            traffic_class: None,
+            service_level: None,
+            gid_index: None,
         }
     }
 
@@ -299,6 +315,11 @@ impl<'a> ConfigSources<'a> {
             ),
             None => None,
         };
+        let knobs = self.fabric_knobs(fabric::RawKnobs {
+            traffic_class: raw.traffic_class.as_ref(),
+            service_level: raw.service_level.as_ref(),
+            gid_index: raw.gid_index.as_ref(),
+        })?;
         // MemKV client configs carry a licence; memkv has no licence gate.
         if raw.license.is_some() {
             tracing::debug!(
@@ -319,6 +340,9 @@ impl<'a> ConfigSources<'a> {
             num_dcis,
             payload_mac: raw.payload_mac.unwrap_or(false),
             rdma_mtu,
+            traffic_class: knobs.traffic_class,
+            service_level: knobs.service_level,
+            gid_index: knobs.gid_index,
         })
     }
 }
@@ -339,6 +363,12 @@ struct RawClientConfig {
     payload_mac: Option<bool>,
     /// RDMA path MTU in bytes (256, 512, 1024, 2048 or 4096), as MemKV client configs give it.
     mtu: Option<u32>,
+    /// `auto` or 0..=255 (0 is auto), as the server's `rdma.traffic_class`.
+    traffic_class: Option<fabric::RawKnob>,
+    /// `auto` or 0..=15, as the server's `rdma.service_level`.
+    service_level: Option<fabric::RawKnob>,
+    /// `auto` or 0..=255, as the server's `rdma.gid_index`.
+    gid_index: Option<fabric::RawKnob>,
     /// A MemKV licence (file path or text); accepted so MemKV configs load, never used.
     license: Option<serde_norway::Value>,
 }
@@ -476,3 +506,6 @@ fn parse_duration_ms(text: &str, origin: &str) -> Result<u64> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fabric_tests;

@@ -1,10 +1,10 @@
 use super::*;
 use std::collections::HashMap;
 
-const KEY_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+pub(super) const KEY_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const KEY_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
-fn resolve(file: Option<&str>, env: &[(&str, &str)]) -> Result<ClientConfig> {
+pub(super) fn resolve(file: Option<&str>, env: &[(&str, &str)]) -> Result<ClientConfig> {
     let env: HashMap<String, String> = env
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -26,7 +26,7 @@ fn missing_key_file() -> std::path::PathBuf {
         .join("auth_key")
 }
 
-fn err(file: Option<&str>, env: &[(&str, &str)]) -> String {
+pub(super) fn err(file: Option<&str>, env: &[(&str, &str)]) -> String {
     resolve(file, env).unwrap_err().to_string()
 }
 
@@ -262,7 +262,7 @@ proptest::proptest! {
 
     #[test]
     fn known_keys_with_arbitrary_values_never_panic(
-        key in proptest::sample::select(vec!["servers", "auth_key", "transport", "num_connections", "timeout_ms", "deadline", "pkey_index", "rdma_devices", "num_dcis", "payload_mac", "mtu", "license"]),
+        key in proptest::sample::select(vec!["servers", "auth_key", "transport", "num_connections", "timeout_ms", "deadline", "pkey_index", "rdma_devices", "num_dcis", "payload_mac", "mtu", "license", "traffic_class", "service_level", "gid_index"]),
         value in "[ -~]{0,40}",
     ) {
         let _ = resolve(Some(&format!("{key}: {value}\n")), &[]);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use memkv_fabric::{Fabric, FabricConfig};
+use memkv_fabric::{Fabric, FabricConfig, FabricError};
 use memkv_proto::connect::RdmaEndpoint;
 use memkv_proto::{Opcode, Status};
 use memkv_rdma::{QpOptions, RdmaDevice, StagingPool};
@@ -96,6 +96,15 @@ impl RdmaPath {
     /// Opens the configured rails. `Ok(Err(reason))`: TCP only (`tcp`, or `auto` with no
     /// usable rail, which is logged once at WARN).
     pub fn start(config: &ClientConfig) -> Result<std::result::Result<RdmaPath, String>> {
+        Self::start_on(config, Fabric::start)
+    }
+
+    /// [`Self::start`] with the fabric started by `start_fabric`, handed the client's fabric
+    /// knobs and rails (a test double plans fixture ports with them instead of this host's).
+    fn start_on(
+        config: &ClientConfig,
+        start_fabric: impl FnOnce(&FabricConfig, &[String]) -> std::result::Result<Fabric, FabricError>,
+    ) -> Result<std::result::Result<RdmaPath, String>> {
         let strict = match config.transport {
             Transport::Tcp => return Ok(Err("transport tcp".into())),
             Transport::Shm => return Ok(Err("transport shm".into())),
@@ -112,12 +121,7 @@ impl RdmaPath {
                 Ok(Err(reason))
             }
         };
-        let cfg = FabricConfig {
-            pkey_index: config.pkey_index,
-            mtu: config.rdma_mtu,
-            ..FabricConfig::default()
-        };
-        let fabric = match Fabric::start(&cfg, &config.rdma_devices) {
+        let fabric = match start_fabric(&config.fabric_config(), &config.rdma_devices) {
             Ok(f) => f,
             Err(e) => return unavailable(e.to_string()),
         };
@@ -475,3 +479,7 @@ impl RdmaPath {
         Ok(session)
     }
 }
+
+#[cfg(test)]
+#[path = "path_tests.rs"]
+mod tests;
