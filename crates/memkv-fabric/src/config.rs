@@ -42,6 +42,16 @@ impl FabricConfig {
     }
 }
 
+/// How an operator sets one of the per-node knobs (`traffic_class`, `service_level`,
+/// `gid_index`): the server's `rdma.*` key, then the client's key and variable. Fixes name both,
+/// since clients start the one-sided transfers and servers answer them, each with its own.
+pub fn knob_keys(knob: &str) -> String {
+    format!(
+        "rdma.{knob} (clients: {knob} in MEMKV_CONFIG or MEMKV_RDMA_{})",
+        knob.to_ascii_uppercase()
+    )
+}
+
 /// Converts a configured byte count into an MTU, naming the accepted values on error.
 pub fn parse_mtu(bytes: u32) -> Result<Mtu, FabricError> {
     Mtu::from_bytes(bytes).ok_or(FabricError::InvalidSetting {
@@ -124,6 +134,14 @@ mod tests {
         );
         assert!(resolve_client_pkey_index(Some("one"), None).is_err());
         assert!(resolve_client_pkey_index(Some("-1"), None).is_err());
+    }
+
+    #[test]
+    fn knob_keys_name_the_server_key_and_the_client_key_and_variable() {
+        assert_eq!(
+            knob_keys("traffic_class"),
+            "rdma.traffic_class (clients: traffic_class in MEMKV_CONFIG or MEMKV_RDMA_TRAFFIC_CLASS)"
+        );
     }
 
     #[test]

@@ -161,9 +161,11 @@ pub struct DoctorOptions {
     /// The fabric knobs memkv would run with (as `net show` takes them): the server's
     /// `rdma.*` settings on a server node, else the client's.
     pub config: FabricConfig,
-    /// The client's knobs (`MEMKV_CONFIG`, `MEMKV_RDMA_PKEY_INDEX`) when they are read beside
-    /// a server's `config`: where their P_Key index or MTU differ from `config`'s, the
-    /// `stack.pkey` and `stack.mtu` checks run for them too, on subjects marked `(client)`.
+    /// The client's knobs (`MEMKV_CONFIG`, `MEMKV_RDMA_*`) when they are read beside a
+    /// server's `config`: where their P_Key index or MTU differ from `config`'s, the
+    /// `stack.pkey` and `stack.mtu` checks run for them too, and where their service level,
+    /// traffic class or GID index differ, the `roce.*` rail checks, on subjects marked
+    /// `(client)`.
     pub client_config: Option<FabricConfig>,
 }
 
@@ -265,28 +267,23 @@ pub fn doctor(src: &DoctorSources<'_>, opts: &DoctorOptions) -> Result<DoctorRep
     // RoCE losslessness per rail; InfiniBand ports say why they are skipped.
     let rails = rails::rails_of(&plans, root);
     let journal = read_journal_if_needed(root, src.probe);
-    let mut dcb_capable = false;
-    let mut seen_netdevs = Vec::new();
-    for plan in &plans {
-        match plan.facts.link_layer {
-            LinkLayer::InfiniBand => checks.push(roce::skipped_on_infiniband(plan)),
-            LinkLayer::Ethernet => {
-                let Some(rail) = rails
-                    .iter()
-                    .find(|r| r.device == plan.facts.device && r.port == plan.facts.port)
-                else {
-                    continue;
-                };
-                let netdev = rail.lossless_netdev(root);
-                if seen_netdevs.contains(&netdev) {
-                    continue;
-                }
-                let reply = dcb.reply(&netdev);
-                dcb_capable |= matches!(reply, Ok(DcbReply::Ieee(_)));
-                checks.extend(roce::rail(plan, &netdev, &reply, root));
-                seen_netdevs.push(netdev);
-            }
-        }
+    let mut dcb_capable = roce_rails(&plans, &rails, root, &dcb, "", &mut checks);
+    // A client's queue pairs send with its own knobs (it starts every one-sided transfer):
+    // where they differ from the server's, its rails are judged too.
+    if let Some(client) = &opts.client_config
+        && roce_knobs(client) != roce_knobs(&opts.config)
+        && let Planned::Ports(mut client_plans) = plan_all(&sources, client)?
+    {
+        client_plans.retain(|p| opts.device.as_ref().is_none_or(|d| &p.facts.device == d));
+        let client_rails = rails::rails_of(&client_plans, root);
+        dcb_capable |= roce_rails(
+            &client_plans,
+            &client_rails,
+            root,
+            &dcb,
+            " (client)",
+            &mut checks,
+        );
     }
     if dcb_capable {
         checks.push(roce::boot_unit(root, journal.as_ref()));
@@ -333,6 +330,56 @@ pub fn doctor(src: &DoctorSources<'_>, opts: &DoctorOptions) -> Result<DoctorRep
         checks,
         watch_seconds: opts.watch.map(|w| w.as_secs()),
     })
+}
+
+/// The knobs the RoCE checks depend on.
+fn roce_knobs(c: &FabricConfig) -> (Option<u8>, Option<u8>, Option<u32>) {
+    (c.service_level, c.traffic_class, c.gid_index)
+}
+
+/// PFC, DSCP, traffic class and ECN of each RoCE rail of `plans`, each netdev once; `label`
+/// follows each subject. InfiniBand ports say why they are skipped, once (for the unlabelled,
+/// primary settings). Whether any rail answered DCB.
+fn roce_rails(
+    plans: &[PortPlan],
+    rails: &[Rail],
+    root: &HostRoot,
+    dcb: &ProbeDcb<'_>,
+    label: &str,
+    checks: &mut Vec<Finding>,
+) -> bool {
+    let mut dcb_capable = false;
+    let mut seen_netdevs = Vec::new();
+    for plan in plans {
+        if plan.facts.link_layer == LinkLayer::InfiniBand {
+            if label.is_empty() {
+                checks.push(roce::skipped_on_infiniband(plan));
+            }
+            continue;
+        }
+        let Some(rail) = rails
+            .iter()
+            .find(|r| r.device == plan.facts.device && r.port == plan.facts.port)
+        else {
+            continue;
+        };
+        let netdev = rail.lossless_netdev(root);
+        if seen_netdevs.contains(&netdev) {
+            continue;
+        }
+        let reply = dcb.reply(&netdev);
+        dcb_capable |= matches!(reply, Ok(DcbReply::Ieee(_)));
+        checks.extend(
+            roce::rail(plan, &netdev, &reply, root)
+                .into_iter()
+                .map(|mut f| {
+                    f.subject.push_str(label);
+                    f
+                }),
+        );
+        seen_netdevs.push(netdev);
+    }
+    dcb_capable
 }
 
 fn available_devices(plans: &[PortPlan]) -> String {

@@ -5,7 +5,7 @@
 
 use super::finding::Finding;
 use super::host::HostRoot;
-use crate::config::ValueSource;
+use crate::config::{ValueSource, knob_keys};
 use crate::dcb::select::{PREFERRED_DSCP, PREFERRED_PRIORITY};
 use crate::dcb::{DcbDetection, DcbReply, IeeeDcb};
 use crate::policy::PortPlan;
@@ -144,7 +144,9 @@ fn pfc(netdev: &str, dcb: &IeeeDcb, priority: u8, overridden: Option<(u8, u8)>) 
         )
     } else {
         let configured = overridden.map_or(String::new(), |(sl, _)| {
-            format!(", the priority rdma.service_level {sl} sends on")
+            // The server's rdma.service_level or the client's service_level: whichever
+            // settings the checks run with (`DoctorOptions::config`).
+            format!(", the priority the configured service_level {sl} sends on")
         });
         let finding = Finding::fail(
             CHECK,
@@ -158,7 +160,8 @@ fn pfc(netdev: &str, dcb: &IeeeDcb, priority: u8, overridden: Option<(u8, u8)>) 
         .fix(mlnx_qos_fix(netdev, priority, PREFERRED_DSCP));
         match overridden {
             Some((_, lossless)) => finding.fix(format!(
-                "or remove rdma.service_level, so memkv uses the lossless priority {lossless} it detects on {netdev}"
+                "or remove {}, so memkv uses the lossless priority {lossless} it detects on {netdev}",
+                knob_keys("service_level")
             )),
             None => finding,
         }
@@ -251,7 +254,8 @@ fn traffic_class(plan: &PortPlan, netdev: &str, dcb: &IeeeDcb, priority: u8) -> 
         )
         .symptom(format!("memkv's packets travel outside the lossless class: {RETRY_EXC}"))
         .fix(format!(
-            "fix roce.pfc and roce.dscp on {netdev}; leave rdma.traffic_class unset (detected over dcbnl) or set it to DSCP << 2 ({})",
+            "fix roce.pfc and roce.dscp on {netdev}; leave {} unset (detected over dcbnl) or set it to DSCP << 2 ({})",
+            knob_keys("traffic_class"),
             mapped.first().copied().unwrap_or(PREFERRED_DSCP) << 2
         ))
     }

@@ -281,8 +281,9 @@ fn link_layer(plan: &PortPlan, subject: &str) -> Finding {
             Some(Err(e)) => Finding::fail(CHECK, subject, format!("Ethernet (RoCE): {e}"))
                 .symptom("memkv refuses RDMA on this port and serves TCP")
                 .fix(format!(
-                    "sudo ip addr add <rail-ipv4>/<prefix> dev {}   # or set rdma.gid_index",
-                    plan.netdev().unwrap_or("<netdev>")
+                    "sudo ip addr add <rail-ipv4>/<prefix> dev {}   # or set {}",
+                    plan.netdev().unwrap_or("<netdev>"),
+                    crate::config::knob_keys("gid_index")
                 )),
             None => Finding::warn(CHECK, subject, "Ethernet (RoCE), GID not evaluated"),
         },
