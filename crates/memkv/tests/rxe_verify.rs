@@ -34,6 +34,9 @@ async fn net_verify_reports_rc_and_verifies_a_block() {
     let (a, r) = (addr.clone(), rail.clone());
     let o = tokio::task::spawn_blocking(move || {
         let mut cmd = memkv(&a, KEY_HEX);
+        // A client-side traffic class override (DSCP 10): the rail reports the class its
+        // queue pairs send in, and the block still moves.
+        cmd.env("MEMKV_RDMA_TRAFFIC_CLASS", "40");
         cmd.args([
             "net",
             "verify",
@@ -55,6 +58,10 @@ async fn net_verify_reports_rc_and_verifies_a_block() {
         out.contains(&format!(
             "transport         : RC over {rail} (no DC on this side: device {rail} is not an mlx5 device"
         )),
+        "{out}"
+    );
+    assert!(
+        out.contains("; traffic class 40 (DSCP 10), service level 0)"),
         "{out}"
     );
     assert!(out.contains("VERIFIED 1048576 bytes over RC"), "{out}");

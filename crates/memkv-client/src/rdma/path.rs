@@ -333,6 +333,8 @@ impl RdmaPath {
                         (Some(why), _) => format!("no DC on this side: {why}"),
                         (None, _) => "the server offers no DC target".to_owned(),
                     },
+                    traffic_class: rail.device.plan().traffic_class.map(|tc| tc.value),
+                    service_level: rail.device.plan().service_level.value,
                 }
             })
             .collect()

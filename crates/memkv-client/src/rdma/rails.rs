@@ -31,6 +31,11 @@ pub struct RailStats {
     pub transport: &'static str,
     /// Why that transport: e.g. "both sides support DC", or why DC is not used.
     pub transport_reason: String,
+    /// The GRH traffic class (DSCP << 2) this rail's queue pairs send with, as planned at
+    /// start (configured, detected over dcbnl, or 0); `None` on InfiniBand, which has no GRH.
+    pub traffic_class: Option<u8>,
+    /// The service level they send at (on RoCE the PFC priority).
+    pub service_level: u8,
 }
 
 pub(crate) struct Rail {

@@ -44,6 +44,18 @@ pub fn show(
     }
 }
 
+/// The class a rail's queue pairs send in: what decides whether its transfers are lossless.
+fn rail_class(rail: &memkv_client::RailStats) -> String {
+    match rail.traffic_class {
+        Some(tc) => format!(
+            "traffic class {tc} (DSCP {}), service level {}",
+            tc >> 2,
+            rail.service_level
+        ),
+        None => format!("service level {}", rail.service_level),
+    }
+}
+
 /// What `memkv net verify` was asked to check.
 pub struct VerifyArgs {
     pub server: String,
@@ -116,7 +128,15 @@ pub async fn verify(args: VerifyArgs) -> Result<(), Exit> {
     let transport = match client.transport() {
         "rdma" => rails
             .iter()
-            .map(|r| format!("{} over {} ({})", r.transport, r.device, r.transport_reason))
+            .map(|r| {
+                format!(
+                    "{} over {} ({}; {})",
+                    r.transport,
+                    r.device,
+                    r.transport_reason,
+                    rail_class(r)
+                )
+            })
             .collect::<Vec<_>>()
             .join("; "),
         _ => format!(
