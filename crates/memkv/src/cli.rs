@@ -120,7 +120,8 @@ pub enum NetCommand {
         json: bool,
         /// The server's configuration, whose rdma.* settings (pkey_index, mtu, service_level,
         /// traffic_class, gid_index) are checked (default: /etc/memkv/config.yaml if present).
-        /// The client's pkey_index and mtu (MEMKV_CONFIG, MEMKV_RDMA_PKEY_INDEX) are read too.
+        /// The client's pkey_index, mtu, traffic_class, service_level and gid_index
+        /// (MEMKV_CONFIG, MEMKV_RDMA_*) are read too.
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
     },
@@ -165,7 +166,8 @@ pub enum NetCommand {
         json: bool,
         /// The server's configuration, whose rdma.* settings (pkey_index, mtu, service_level,
         /// traffic_class, gid_index) are checked (default: /etc/memkv/config.yaml if present).
-        /// The client's pkey_index and mtu (MEMKV_CONFIG, MEMKV_RDMA_PKEY_INDEX) are read too.
+        /// The client's pkey_index, mtu, traffic_class, service_level and gid_index
+        /// (MEMKV_CONFIG, MEMKV_RDMA_*) are read too.
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
         /// TEST DOUBLE: read a fixture tree laid out like / instead of this host (tests only).

@@ -63,7 +63,8 @@ fn exit_codes_follow_the_worst_check() {
     assert_eq!(o.status.code(), Some(0), "{text}{}", stderr(&o));
     // The settings it read come first (none here), then the library's report.
     let settings = "server settings   : none (/etc/memkv/config.yaml absent, no --config)\n\
-                    client settings   : none (MEMKV_CONFIG, MEMKV_RDMA_PKEY_INDEX unset)\n";
+                    client settings   : none (MEMKV_CONFIG, MEMKV_RDMA_PKEY_INDEX, \
+                    MEMKV_RDMA_TRAFFIC_CLASS, MEMKV_RDMA_SERVICE_LEVEL, MEMKV_RDMA_GID_INDEX unset)\n";
     assert_eq!(
         text,
         format!("{settings}{}", library_report(ok.root()).text())
@@ -287,4 +288,61 @@ fn doctor_names_a_server_config_it_cannot_read() {
     let (code, _, all) = doctor_json(h.root(), &[], &["--config", missing.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{all}");
     assert!(all.contains("nope.yaml"), "{all}");
+}
+
+/// RoCE runbook, "You do not hardcode a DSCP value": a client-only node reads the client's
+/// traffic class override (MEMKV_RDMA_TRAFFIC_CLASS over MEMKV_CONFIG's traffic_class), says
+/// where it came from, judges it against the rail's lossless class, and names the client's key
+/// in the fix.
+#[test]
+fn doctor_checks_the_clients_traffic_class_on_a_client_only_node() {
+    let h = soft_roce_host("tclass-client", 1, 2);
+    let (code, json, all) = doctor_json(h.root(), &[("MEMKV_RDMA_TRAFFIC_CLASS", "40")], &[]);
+    assert!(
+        all.contains("client settings   : MEMKV_RDMA_TRAFFIC_CLASS (pkey_index default 0, ")
+            && all.contains(", traffic_class 40)"),
+        "{all}"
+    );
+    let tc = finding(&json, "roce.traffic-class");
+    assert_eq!(tc["status"], "FAIL", "{all}");
+    assert!(
+        tc["fix"].to_string().contains("MEMKV_RDMA_TRAFFIC_CLASS"),
+        "{tc}"
+    );
+    assert_eq!(code, Some(11), "{all}");
+
+    // The detected class, set explicitly in MEMKV_CONFIG, passes; the variable still wins.
+    let cfg = h.root().join("client.yaml");
+    std::fs::write(
+        &cfg,
+        "traffic_class: 104\nservice_level: 3\ngid_index: auto\n",
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let (code, json, all) = doctor_json(h.root(), &[("MEMKV_CONFIG", cfg)], &[]);
+    assert_eq!(
+        finding(&json, "roce.traffic-class")["status"],
+        "OK",
+        "{all}"
+    );
+    assert!(all.contains("service_level 3, traffic_class 104)"), "{all}");
+    assert_eq!(code, Some(0), "{all}");
+    let (_, json, all) = doctor_json(
+        h.root(),
+        &[("MEMKV_CONFIG", cfg), ("MEMKV_RDMA_TRAFFIC_CLASS", "40")],
+        &[],
+    );
+    assert_eq!(
+        finding(&json, "roce.traffic-class")["status"],
+        "FAIL",
+        "{all}"
+    );
+
+    // A bad value is refused as the client would refuse it, naming the variable and limit.
+    let (code, _, all) = doctor_json(h.root(), &[("MEMKV_RDMA_SERVICE_LEVEL", "16")], &[]);
+    assert_eq!(code, Some(1), "{all}");
+    assert!(
+        all.contains("MEMKV_RDMA_SERVICE_LEVEL: 16 is out of range 0..=15"),
+        "{all}"
+    );
 }

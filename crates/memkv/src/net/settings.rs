@@ -1,11 +1,13 @@
 //! The fabric settings `net show` and `net doctor` check, the server's and the client's kept
 //! apart: the server's `rdma.*` from its configuration file (`--config PATH`, else
 //! `/etc/memkv/config.yaml` when it exists, as `memkv start` reads it), and the client's
-//! `pkey_index` and `mtu` read as the client reads them (`MEMKV_RDMA_PKEY_INDEX` over the
-//! `pkey_index` field of `MEMKV_CONFIG`; `mtu` from `MEMKV_CONFIG`).
+//! `pkey_index`, `mtu`, `traffic_class`, `service_level` and `gid_index` read as the client
+//! reads them (`MEMKV_RDMA_PKEY_INDEX`, `MEMKV_RDMA_TRAFFIC_CLASS`, `MEMKV_RDMA_SERVICE_LEVEL`
+//! and `MEMKV_RDMA_GID_INDEX` over the same keys of `MEMKV_CONFIG`; `mtu` from `MEMKV_CONFIG`).
 
 use std::path::{Path, PathBuf};
 
+use memkv_client::config::FABRIC_ENV_VARS;
 use memkv_client::{ConfigSources, Setting};
 use memkv_fabric::FabricConfig;
 use memkv_fabric::config::parse_mtu;
@@ -23,14 +25,14 @@ pub struct ServerSettings {
 
 /// The client's settings and where they came from.
 pub struct ClientSettings {
-    /// e.g. `MEMKV_CONFIG /etc/memkv/client.yaml`, `MEMKV_RDMA_PKEY_INDEX`.
+    /// e.g. `MEMKV_CONFIG /etc/memkv/client.yaml`, `MEMKV_RDMA_TRAFFIC_CLASS`.
     pub sources: Vec<String>,
     pub fabric: FabricConfig,
 }
 
 pub struct FabricSettings {
     pub server: Option<ServerSettings>,
-    /// `None` when neither `MEMKV_CONFIG` nor `MEMKV_RDMA_PKEY_INDEX` is set.
+    /// `None` when neither `MEMKV_CONFIG` nor any of [`FABRIC_ENV_VARS`] is set.
     pub client: Option<ClientSettings>,
 }
 
@@ -102,8 +104,10 @@ impl FabricSettings {
                 }
                 out.push('\n');
             }
-            None => out
-                .push_str("client settings   : none (MEMKV_CONFIG, MEMKV_RDMA_PKEY_INDEX unset)\n"),
+            None => out.push_str(&format!(
+                "client settings   : none (MEMKV_CONFIG, {} unset)\n",
+                FABRIC_ENV_VARS.join(", ")
+            )),
         }
         out
     }
@@ -163,16 +167,20 @@ fn set(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| !v.is_empty())
 }
 
-/// The client's P_Key index and MTU, resolved by the client's own configuration code. The
-/// servers and auth key are not needed here: stand-ins keep their absence from failing.
+/// The client's fabric knobs, resolved and mapped by the client's own code (the
+/// `FabricConfig` its rails are planned with). The servers and auth key are not needed here:
+/// stand-ins keep their absence from failing.
 fn client_settings() -> Result<Option<ClientSettings>, Exit> {
     let mut sources = Vec::new();
     if let Some(path) = std::env::var_os("MEMKV_CONFIG").filter(|v| !v.is_empty()) {
         sources.push(format!("MEMKV_CONFIG {}", Path::new(&path).display()));
     }
-    if set("MEMKV_RDMA_PKEY_INDEX") {
-        sources.push("MEMKV_RDMA_PKEY_INDEX".to_owned());
-    }
+    sources.extend(
+        FABRIC_ENV_VARS
+            .iter()
+            .filter(|name| set(name))
+            .map(|name| (*name).to_owned()),
+    );
     if sources.is_empty() {
         return Ok(None);
     }
@@ -187,10 +195,6 @@ fn client_settings() -> Result<Option<ClientSettings>, Exit> {
         .map_err(|e| Exit::with(exit::FAILURE, e.to_string()))?;
     Ok(Some(ClientSettings {
         sources,
-        fabric: FabricConfig {
-            pkey_index: config.pkey_index,
-            mtu: config.rdma_mtu,
-            ..FabricConfig::default()
-        },
+        fabric: config.fabric_config(),
     }))
 }
