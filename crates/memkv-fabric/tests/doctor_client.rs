@@ -10,7 +10,7 @@ use doctor_hosts::*;
 use memkv_fabric::FabricConfig;
 use memkv_fabric::doctor::{DoctorReport, Finding, Status};
 
-fn client_findings<'a>(r: &'a DoctorReport) -> Vec<&'a Finding> {
+fn client_findings(r: &DoctorReport) -> Vec<&Finding> {
     r.checks
         .iter()
         .filter(|f| f.subject.ends_with(" (client)"))
