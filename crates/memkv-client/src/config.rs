@@ -94,6 +94,11 @@ pub struct ClientConfig {
     /// RoCE source GID index; `None`: memkv-fabric's choice (a RoCE v2 GID with an IPv4
     /// address). Ignored on InfiniBand.
     pub gid_index: Option<u8>,
+    /// Under `auto`, whether servers on this host are reached through their shared arena
+    /// (default `true`). Not a file or environment setting: a tool that tests the fabric
+    /// (`memkv net verify`) turns it off so a same-host server's values still cross the NIC.
+    /// `shm` always uses shared memory and `tcp` / `rdma` never do, whatever this says.
+    pub shared_memory: bool,
 }
 
 impl ClientConfig {
@@ -113,6 +118,7 @@ impl ClientConfig {
             traffic_class: None,
             service_level: None,
             gid_index: None,
+            shared_memory: true,
         }
     }
 
@@ -343,6 +349,7 @@ impl<'a> ConfigSources<'a> {
             traffic_class: knobs.traffic_class,
             service_level: knobs.service_level,
             gid_index: knobs.gid_index,
+            shared_memory: true,
         })
     }
 }

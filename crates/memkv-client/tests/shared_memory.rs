@@ -134,6 +134,37 @@ async fn a_server_without_shared_memory_is_served_another_way_unless_shm_is_requ
     server.shutdown().await.unwrap();
 }
 
+/// `shared_memory: false` (what `memkv net verify` sets, to test the fabric) keeps an `auto`
+/// client off a same-host server's arena: its values go the network way, and the server is
+/// never attached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_without_shared_memory_never_attaches_a_same_host_server() {
+    let server = start("").await;
+    // A default `auto` client attaches this server (in the background, started by a value
+    // worth the arena: operations go over TCP until it is done), so the switch, not the
+    // server, keeps the other one off. The same values go through both.
+    let value = pattern(1 << 20, 7);
+    let attached = shm_client(&server, Transport::Auto).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut ops = 0;
+    while attached.shared_memory_servers().is_empty() {
+        assert!(Instant::now() < deadline, "the auto client never attached");
+        attached.put(b"k", &value).await.unwrap();
+        ops += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut config = client_config(&[&server]);
+    config.shared_memory = false;
+    let c = Client::connect(config).await.unwrap();
+    for _ in 0..ops.max(5) {
+        c.put(b"k", &value).await.unwrap();
+        assert!(c.get(b"k").await.unwrap().as_ref() == Some(&value));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(c.shared_memory_servers().is_empty());
+    server.shutdown().await.unwrap();
+}
+
 /// A server restarted under a client holding its old mapping: puts reach the new server, and
 /// the old mapping never serves the old server's bytes.
 async fn restart_under_a_client(transport: Transport) {

@@ -41,9 +41,11 @@ pub(crate) struct LocalPath {
 }
 
 impl LocalPath {
-    /// `None` under `tcp` and `rdma`, which never use shared memory.
+    /// `None` under `tcp` and `rdma`, which never use shared memory, and under `auto` with
+    /// `shared_memory` off.
     pub fn new(config: &ClientConfig) -> Option<LocalPath> {
         let strict = match config.transport {
+            Transport::Auto if !config.shared_memory => return None,
             Transport::Auto => false,
             Transport::Shm => true,
             Transport::Tcp | Transport::Rdma => return None,
