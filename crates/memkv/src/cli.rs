@@ -125,24 +125,27 @@ pub enum NetCommand {
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
     },
-    /// Prove the data path to a server end to end: connect, authenticate, report the transport
-    /// negotiated (RC, or TCP and why RDMA was not used), write a random block, read it back
-    /// and compare. Prints a VERIFIED line on success.
+    /// Prove the RDMA data path to a server end to end: connect, authenticate, report the
+    /// transport negotiated (RC, or TCP and why RDMA was not used), write a random block, read
+    /// it back and compare. Prints a VERIFIED line only when the block's own bytes crossed an
+    /// RDMA rail both ways; otherwise NOT VERIFIED (stderr, exit 8) says which way did not and
+    /// why. Never uses shared memory with a server on this host: it tests the fabric.
     Verify {
         /// The server, HOST:PORT.
         #[arg(long, value_name = "HOST:PORT")]
         server: String,
-        /// The local RDMA device to use (default: any usable one). Naming one asks for RDMA:
-        /// a fall-back to TCP then fails (exit 8, as --require-rdma) instead of VERIFIED.
+        /// The local RDMA device to use (default: any usable one). A block that then moves
+        /// over TCP still makes its round trip, reported as NOT VERIFIED with the reason.
         #[arg(long, value_name = "DEV")]
         device: Option<String>,
         /// The auth key, 64 hex characters (default: MEMKV_AUTH_KEY, then the local key file).
         #[arg(long, value_name = "HEX")]
         auth_key: Option<String>,
-        /// Block size in bytes.
+        /// Block size in bytes (at least 1).
         #[arg(long, default_value_t = 1 << 20)]
         size: usize,
-        /// Fail unless the block moves over RDMA.
+        /// Use RDMA only: any RDMA problem (no rail, a refused Connect, a Busy server) is the
+        /// command's error, by name, instead of a round trip over TCP.
         #[arg(long)]
         require_rdma: bool,
     },

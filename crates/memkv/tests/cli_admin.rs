@@ -149,12 +149,31 @@ async fn net_verify_proves_the_path_or_names_the_failure() {
         .await
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "{out}{}", stderr(&o));
+    let err = stderr(&o);
     assert!(out.contains("authenticated     : yes"), "{out}");
-    assert!(out.contains("VERIFIED 65536 bytes over"), "{out}");
-    // On this host there is no RDMA: the report says TCP and why.
     if std::env::var_os("MEMKV_IN_RXE_VM").is_none() {
+        // No RDMA on this host: the block makes its round trip over TCP, and that is
+        // reported, not VERIFIED (a VERIFIED line is about the RDMA path). The server is on
+        // this host and offers shared memory: verify keeps off it, so the bytes cross TCP.
+        assert_eq!(o.status.code(), Some(8), "{out}{err}");
         assert!(out.contains("TCP (RDMA not used: no RDMA devices"), "{out}");
+        assert!(
+            out.contains("write             : not RDMA (")
+                && out.contains("read              : not RDMA ("),
+            "{out}"
+        );
+        assert!(!out.contains("VERIFIED"), "{out}");
+        assert!(
+            err.contains(
+                "net verify: NOT VERIFIED: neither the write nor the read moved over RDMA: \
+                 both went over TCP: the client has no RDMA path (no RDMA devices"
+            ),
+            "{err}"
+        );
+        assert!(!err.contains("shared memory"), "{err}");
+    } else {
+        assert!(o.status.success(), "{out}{err}");
+        assert!(out.contains("VERIFIED 65536 bytes over"), "{out}");
     }
     let addr2 = server.data_addr().to_string();
     let o = tokio::task::spawn_blocking(move || {
@@ -179,8 +198,8 @@ async fn net_verify_proves_the_path_or_names_the_failure() {
 
 /// InfiniBand runbook, "Prove the data plane": `memkv net verify --server ... --device mlx5_0
 /// --auth-key ...`; VERIFIED means the addressing, partition and MTU agree end to end, which
-/// are RDMA facts. Naming a device asks for RDMA, so a TCP fall-back fails (exit 8, as with
-/// --require-rdma) and names why RDMA was not used.
+/// are RDMA facts. A block that moved over TCP is NOT VERIFIED (exit 8), naming why RDMA was
+/// not used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn net_verify_with_a_named_device_fails_instead_of_verifying_over_tcp() {
     let server = start_server().await;
@@ -214,9 +233,24 @@ async fn net_verify_with_a_named_device_fails_instead_of_verifying_over_tcp() {
     assert!(!out.contains("VERIFIED"), "{out}");
     assert_eq!(o.status.code(), Some(8), "{out}{err}");
     assert!(
-        err.contains("net verify FAILED: --device mlx5_0 asks for RDMA")
-            && err.contains("RDMA not used:"),
+        err.contains("net verify: NOT VERIFIED: neither the write nor the read moved over RDMA")
+            && err.contains("over TCP: the client has no RDMA path"),
         "{err}"
+    );
+}
+
+/// A zero-byte block moves no bytes over any rail, so it could never show the way they went.
+#[test]
+fn net_verify_refuses_a_block_of_zero_bytes() {
+    let o = Command::new(env!("CARGO_BIN_EXE_memkv"))
+        .args(["net", "verify", "--server", "127.0.0.1:1", "--size", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--size 0 moves no bytes"),
+        "{}",
+        stderr(&o)
     );
 }
 
