@@ -26,6 +26,10 @@ pub fn render_text(ports: &[PortReport]) -> String {
     blocks.join("\n")
 }
 
+/// The InfiniBand runbook's lines first, in its order and words ("Confirm the port is ready":
+/// device, link layer, transport, pkey_index, service_level, path MTU; operators read the
+/// first two), then what else was found: GID choice, port state, SM LID, the P_Key value,
+/// where each value came from, ignored knobs, warnings and the verdict.
 fn render_port(p: &PortReport) -> String {
     let mut out = String::new();
     line(
@@ -33,38 +37,40 @@ fn render_port(p: &PortReport) -> String {
         "device",
         &format!("{}  port {}", p.device, p.port),
     );
-    match p.link_layer {
-        LinkLayer::InfiniBand => {
-            let lid = match p.lid {
-                Some(lid) => format!("LID {lid}"),
-                None => "no LID: the subnet manager has not configured this port".into(),
-            };
-            line(&mut out, "link layer", &format!("InfiniBand   ({lid})"));
-        }
-        LinkLayer::Ethernet => {
-            let detail = match &p.gid {
-                Some(g) => match (g.index, g.gid) {
-                    (Some(i), Some(gid)) => format!(
-                        "GID index {i}, {gid}, netdev {}",
-                        g.netdev.as_deref().unwrap_or("none")
-                    ),
-                    _ => "no usable GID".into(),
-                },
-                None => "no GID".into(),
-            };
-            line(
-                &mut out,
-                "link layer",
-                &format!("Ethernet (RoCE)   ({detail})"),
-            );
-            if let Some(g) = &p.gid {
-                let why = match g.source {
-                    Some(src) => format!("{}; {src}", g.reason),
-                    None => format!("refused: {}", g.reason),
-                };
-                line(&mut out, "GID choice", &why);
-            }
-        }
+    line(&mut out, "link layer", &link_layer_text(p));
+    line(&mut out, "transport", &p.transport);
+    let pkey = match (&p.pkey.error, p.pkey.index) {
+        (Some(e), Some(i)) => format!("{i}   (refused: {e})"),
+        (Some(e), None) => format!("-   (refused: {e})"),
+        (None, i) => format!(
+            "{}   ({} membership)",
+            i.unwrap_or(0),
+            p.pkey
+                .membership
+                .map_or("unknown".into(), |m| m.to_string()),
+        ),
+    };
+    line(&mut out, "pkey_index", &pkey);
+    let sl = &p.service_level;
+    line(
+        &mut out,
+        "service_level",
+        &format!("{}   ({})", sl.value, sl.meaning),
+    );
+    if let Some(tc) = &p.traffic_class {
+        line(
+            &mut out,
+            "traffic_class",
+            &format!("{}   (DSCP {})", tc.value, tc.dscp),
+        );
+    }
+    line(&mut out, "path MTU", &mtu_text(p));
+    if let Some(g) = &p.gid {
+        let why = match g.source {
+            Some(src) => format!("{}; {src}", g.reason),
+            None => format!("refused: {}", g.reason),
+        };
+        line(&mut out, "GID choice", &why);
     }
     let state = match &p.phys_state {
         Some(phys) => format!("{}   ({phys})", p.state),
@@ -75,35 +81,14 @@ fn render_port(p: &PortReport) -> String {
         let sm = p.sm_lid.map_or_else(|| "none".into(), |l| l.to_string());
         line(&mut out, "SM LID", &sm);
     }
-    line(&mut out, "transport", &p.transport);
-    let pkey = match (&p.pkey.error, p.pkey.index) {
-        (Some(e), Some(i)) => format!("{i}   (refused: {e})"),
-        (Some(e), None) => format!("-   (refused: {e})"),
-        (None, i) => format!(
-            "{}   ({} membership, P_Key {}; {})",
-            i.unwrap_or(0),
-            p.pkey
-                .membership
-                .map_or("unknown".into(), |m| m.to_string()),
-            p.pkey.value.as_deref().unwrap_or("?"),
-            p.pkey.source.map_or("?".into(), |s| s.to_string()),
-        ),
-    };
-    line(&mut out, "pkey_index", &pkey);
-    let sl = &p.service_level;
-    line(
-        &mut out,
-        "service_level",
-        &format!("{}   ({}; {})", sl.value, sl.meaning, sl.source),
-    );
-    if let Some(tc) = &p.traffic_class {
+    if p.pkey.error.is_none() {
         line(
             &mut out,
-            "traffic_class",
-            &format!("{}   (DSCP {}; {})", tc.value, tc.dscp, tc.source),
+            "P_Key",
+            p.pkey.value.as_deref().unwrap_or("unknown"),
         );
     }
-    line(&mut out, "path MTU", &mtu_text(p));
+    line(&mut out, "values from", &sources_text(p));
     for knob in &p.ignored {
         line(
             &mut out,
@@ -119,6 +104,45 @@ fn render_port(p: &PortReport) -> String {
         None => line(&mut out, "RDMA", "usable"),
     }
     out
+}
+
+fn link_layer_text(p: &PortReport) -> String {
+    match p.link_layer {
+        LinkLayer::InfiniBand => {
+            let lid = match p.lid {
+                Some(lid) => format!("LID {lid}"),
+                None => "no LID: the subnet manager has not configured this port".into(),
+            };
+            format!("InfiniBand   ({lid})")
+        }
+        LinkLayer::Ethernet => {
+            let detail = match &p.gid {
+                Some(g) => match (g.index, g.gid) {
+                    (Some(i), Some(gid)) => format!(
+                        "GID index {i}, {gid}, netdev {}",
+                        g.netdev.as_deref().unwrap_or("none")
+                    ),
+                    _ => "no usable GID".into(),
+                },
+                None => "no GID".into(),
+            };
+            format!("Ethernet (RoCE)   ({detail})")
+        }
+    }
+}
+
+/// Where pkey_index, service_level and traffic_class came from: `config`, `detected` or
+/// `default` (the path MTU line says it for the MTU, GID choice for the GID).
+fn sources_text(p: &PortReport) -> String {
+    let mut parts = Vec::new();
+    if let (None, Some(src)) = (&p.pkey.error, p.pkey.source) {
+        parts.push(format!("pkey_index {src}"));
+    }
+    parts.push(format!("service_level {}", p.service_level.source));
+    if let Some(tc) = &p.traffic_class {
+        parts.push(format!("traffic_class {}", tc.source));
+    }
+    parts.join(", ")
 }
 
 fn mtu_text(p: &PortReport) -> String {

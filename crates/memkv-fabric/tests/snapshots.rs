@@ -49,22 +49,40 @@ fn snapshot(tree: &str, name: &str, cfg: FabricConfig) -> NetShow {
     out
 }
 
+/// The InfiniBand runbook, "Confirm the port is ready": after `memkv net show --device mlx5_0`
+/// "the first two lines are the ones that matter", and its example goes on with transport,
+/// pkey_index, service_level and path MTU. Those lines come first, in that order and those
+/// words; what else net show knows follows them.
 #[test]
-fn ib_port_with_lid() {
+fn ib_port_with_lid_starts_with_the_runbooks_lines() {
     let out = snapshot("ib-lid", "net-show", FabricConfig::default());
     let text = out.text();
-    assert!(
-        text.contains("device            : mlx5_0  port 1\n"),
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[..5],
+        [
+            "device            : mlx5_0  port 1",
+            "link layer        : InfiniBand   (LID 33055)",
+            "transport         : DC + RC (mlx5)",
+            "pkey_index        : 0   (full membership)",
+            "service_level     : 0   (virtual lane, via the SM's SL-to-VL map)",
+        ],
         "{text}"
     );
+    // The runbook's `path MTU : 4096`, then where 4096 comes from.
     assert!(
-        text.contains("link layer        : InfiniBand   (LID 33055)\n"),
+        lines[5].starts_with("path MTU          : 4096   ("),
         "{text}"
     );
-    assert!(
-        text.contains("transport         : DC + RC (mlx5)\n"),
-        "{text}"
-    );
+    // Nothing is lost: port state, SM LID, the P_Key itself and the values' sources follow.
+    for later in [
+        "port state        : ACTIVE   (LinkUp)\n",
+        "SM LID            : 1\n",
+        "P_Key             : 0xffff\n",
+        "values from       : pkey_index default, service_level default\n",
+    ] {
+        assert!(text.contains(later), "{later}: {text}");
+    }
     assert!(out.ports[0].refused.is_none());
 }
 
@@ -110,11 +128,14 @@ fn pkey_tables() {
             ..Default::default()
         },
     );
-    assert!(
-        limited
-            .text()
-            .contains("pkey_index        : 2   (limited membership, P_Key 0x0002; config)")
-    );
+    let text = limited.text();
+    for want in [
+        "pkey_index        : 2   (limited membership)\n",
+        "P_Key             : 0x0002\n",
+        "values from       : pkey_index config,",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
     let empty = snapshot(
         "ib-pkeys",
         "net-show-index3-empty",
@@ -156,14 +177,13 @@ fn roce_mixed_gid_tables() {
         .collect();
     assert_eq!(gids, [Some(3), Some(3), None]);
     let text = out.text();
-    assert!(
-        text.contains("service_level     : 3   (lossless PFC priority; detected)"),
-        "{text}"
-    );
-    assert!(
-        text.contains("traffic_class     : 104   (DSCP 26; detected)"),
-        "{text}"
-    );
+    for want in [
+        "service_level     : 3   (lossless PFC priority)\n",
+        "traffic_class     : 104   (DSCP 26)\n",
+        "values from       : pkey_index default, service_level detected, traffic_class detected\n",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
 }
 
 #[test]

@@ -290,6 +290,21 @@ fn net_show_names_the_server_and_client_settings_it_read() {
         )),
         "{out}"
     );
+    // After the ports, so that the output starts as the InfiniBand runbook's does (`device`,
+    // then `link layer`; on a host without RDMA, the line saying so), a blank line between.
+    let lines: Vec<&str> = out.lines().collect();
+    let n = lines.len();
+    assert!(
+        n >= 4
+            && lines[n - 3].is_empty()
+            && lines[n - 2].starts_with("server settings   : ")
+            && lines[n - 1].starts_with("client settings   : "),
+        "{out}"
+    );
+    assert!(
+        lines[0].starts_with("device            : ") || lines[0].starts_with("no RDMA devices: "),
+        "{out}"
+    );
     let o = bare("net-show-settings-state")
         .args(["net", "show", "--json", "--config"])
         .arg(dir.join("missing.yaml"))

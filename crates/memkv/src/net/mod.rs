@@ -12,8 +12,9 @@ use std::path::Path;
 use crate::exit::Exit;
 
 /// Ports as planned with the server's settings on a server node (`config`, else the default
-/// config file when it exists), else the client's; which file and variables were read comes
-/// first (on stderr with `--json`, so the JSON stays one document).
+/// config file when it exists), else the client's. Which file and variables were read comes
+/// after the ports, so the output starts as the InfiniBand runbook's does (`device`, then
+/// `link layer`); with `--json` it goes to stderr, so the JSON stays one document.
 pub fn show(
     device: Option<String>,
     port: Option<u8>,
@@ -24,15 +25,12 @@ pub fn show(
     let filter = ShowFilter { device, port };
     match net_show_system(&settings.primary(), &filter) {
         Ok(show) => {
-            let text = if json { show.json() } else { show.text() };
             if json {
                 eprintln!("{}", settings.describe().trim_end());
+                out!("{}", show.json());
             } else {
-                out!("{}", settings.describe());
-            }
-            out!("{text}");
-            if !text.ends_with('\n') {
-                outln!();
+                let text = show.text();
+                out!("{}\n\n{}", text.trim_end(), settings.describe());
             }
             match show.exit_code() {
                 0 => Ok(()),

@@ -100,7 +100,7 @@ impl FabricSettings {
                     describe_fabric(&c.fabric, "")
                 ));
                 if self.server.is_some() {
-                    out.push_str("; ports below use the server's, doctor checks both");
+                    out.push_str("; net show plans ports with the server's, doctor checks both");
                 }
                 out.push('\n');
             }
