@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use memkv_fabric::doctor::{HostRoot, Rail};
-use memkv_fabric::{Fabric, FabricConfig, FabricError, PortPlan, config::parse_mtu};
+use memkv_fabric::{Fabric, FabricConfig, FabricError, PortPlan, PortState, config::parse_mtu};
 use memkv_rdma::{DcSupport, DcTarget, MemoryRegion, RdmaDevice, RemoteStaging};
 use memkv_store::ArenaHandle;
 
@@ -72,6 +72,46 @@ impl RdmaState {
             devices,
             _fabric: fabric,
         }
+    }
+}
+
+impl RdmaState {
+    /// `devices` with each port's state as the fabric's event watcher last saw it, not as it
+    /// was read at start: a port error or a device's fatal error shows at once.
+    pub fn devices_now(&self) -> Vec<RdmaDeviceStatus> {
+        let mut devices = self.devices.clone();
+        for d in &mut devices {
+            if let Some(state) = self.port_state(&d.name, d.port) {
+                d.state = format!("{state:?}");
+            }
+        }
+        devices
+    }
+
+    /// Serving RDMA now: set up at start, and its port not down since (until it is active
+    /// again, new queue pairs on it fail, so clients' values go over TCP).
+    pub fn active_now(&self) -> bool {
+        self.active && self.serving_port_down().is_none()
+    }
+
+    /// Why RDMA is not serving now; `None` when it is.
+    pub fn reason_now(&self) -> Option<String> {
+        self.reason.clone().or_else(|| {
+            self.serving_port_down().map(|(device, port, state)| {
+                format!("port {port} of {device} is {state:?} (it was active at start)")
+            })
+        })
+    }
+
+    fn serving_port_down(&self) -> Option<(String, u8, PortState)> {
+        let device = self.serving.as_ref()?.device.name();
+        let port = self.devices.iter().find(|d| d.name == device)?.port;
+        let state = self.port_state(device, port)?;
+        (!state.is_active()).then(|| (device.to_owned(), port, state))
+    }
+
+    fn port_state(&self, device: &str, port: u8) -> Option<PortState> {
+        self._fabric.as_ref()?.runtime().state(device, port)
     }
 }
 

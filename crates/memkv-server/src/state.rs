@@ -170,13 +170,13 @@ impl StatusSource for Shared {
             connections,
             transports: TransportStatus {
                 tcp: true,
-                rdma: self.rdma.active,
+                rdma: self.rdma.active_now(),
                 shared_memory: self.local.is_some(),
             },
             rdma: RdmaStatus {
-                active: self.rdma.active,
-                reason: self.rdma.reason.clone(),
-                devices: self.rdma.devices.clone(),
+                active: self.rdma.active_now(),
+                reason: self.rdma.reason_now(),
+                devices: self.rdma.devices_now(),
                 staging: self.staging().map(|s| {
                     let r = s.report();
                     let chunk = r.usage.chunk_size as u64;
@@ -202,7 +202,7 @@ impl StatusSource for Shared {
         HealthReport::assess(HealthInputs {
             data_listener_up: self.listener_up.load(Ordering::Acquire),
             rdma_expected: self.rdma.expected,
-            rdma_active: self.rdma.active,
+            rdma_active: self.rdma.active_now(),
             drives_online: if self.config.storage.mode != StorageMode::Memory {
                 online
             } else {

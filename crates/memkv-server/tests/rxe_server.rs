@@ -291,3 +291,127 @@ async fn failed_queue_pairs_do_not_use_up_a_connections_limit() {
     assert_eq!(tcp.call(Opcode::TcpPut, b"k", b"v").await.0, Status::Ok);
     server.shutdown().await.unwrap();
 }
+
+/// A Soft-RoCE device of its own on its own veth pair, so taking its link down disturbs neither
+/// the harness's wire nor other tests; removed on drop.
+struct ScratchRxe;
+
+const SCRATCH_DEV: &str = "rxesrv9";
+const SCRATCH_NETDEV: &str = "vethsrv9";
+
+fn run(program: &str, args: &[&str]) {
+    let status = std::process::Command::new(program)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(status.success(), "{program} {}", args.join(" "));
+}
+
+impl ScratchRxe {
+    fn create() -> Self {
+        let peer = "vethsrv9p";
+        run(
+            "ip",
+            &[
+                "link",
+                "add",
+                SCRATCH_NETDEV,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                peer,
+            ],
+        );
+        // RoCE needs an address on the rail for its GID.
+        run(
+            "ip",
+            &["addr", "add", "198.51.100.9/24", "dev", SCRATCH_NETDEV],
+        );
+        run("ip", &["link", "set", SCRATCH_NETDEV, "up"]);
+        run("ip", &["link", "set", peer, "up"]);
+        run(
+            "rdma",
+            &[
+                "link",
+                "add",
+                SCRATCH_DEV,
+                "type",
+                "rxe",
+                "netdev",
+                SCRATCH_NETDEV,
+            ],
+        );
+        Self
+    }
+}
+
+impl Drop for ScratchRxe {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rdma")
+            .args(["link", "delete", SCRATCH_DEV])
+            .status();
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", SCRATCH_NETDEV])
+            .status();
+    }
+}
+
+/// Waits until the admin API's `path` answers with a body containing every one of `wanted`.
+async fn until_admin_says(server: &Server, path: &str, wanted: &[&str]) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, body) = support::http_get(server.admin_addr(), path).await;
+        if wanted.iter().all(|w| body.contains(w)) {
+            return body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path} never said {wanted:?}; last: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// `/v1/status` and `/v1/health` report the serving port as it is now, not as it was at start:
+/// its link going down shows as a port `Down`, RDMA inactive with the reason, health degraded;
+/// back up, as it was.
+#[tokio::test]
+async fn status_and_health_follow_the_serving_port_after_start() {
+    if support::rxe_devices_or_skip("status_and_health_follow_the_serving_port_after_start")
+        .is_none()
+    {
+        return;
+    }
+    let _scratch = ScratchRxe::create();
+    let server = Server::start(config(SCRATCH_DEV, ""))
+        .await
+        .expect("server starts on the scratch device");
+    until_admin_says(
+        &server,
+        "/v1/health",
+        &[r#""status":"healthy""#, r#""rdma_active":true"#],
+    )
+    .await;
+    run("ip", &["link", "set", SCRATCH_NETDEV, "down"]);
+    until_admin_says(
+        &server,
+        "/v1/health",
+        &[r#""status":"degraded""#, r#""rdma_active":false"#],
+    )
+    .await;
+    let status = until_admin_says(&server, "/v1/status", &[r#""state":"Down""#]).await;
+    assert!(
+        status.contains(&format!("port 1 of {SCRATCH_DEV} is Down")),
+        "{status}"
+    );
+    run("ip", &["link", "set", SCRATCH_NETDEV, "up"]);
+    until_admin_says(
+        &server,
+        "/v1/health",
+        &[r#""status":"healthy""#, r#""rdma_active":true"#],
+    )
+    .await;
+    until_admin_says(&server, "/v1/status", &[r#""state":"Active""#]).await;
+    server.shutdown().await.unwrap();
+}
