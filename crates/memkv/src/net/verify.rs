@@ -273,6 +273,18 @@ fn transport(client: &Client) -> String {
     }
 }
 
+/// The class a rail's queue pairs send in: what decides whether its transfers are lossless.
+fn rail_class(rail: &memkv_client::RailStats) -> String {
+    match rail.traffic_class {
+        Some(tc) => format!(
+            "traffic class {tc} (DSCP {}), service level {}",
+            tc >> 2,
+            rail.service_level
+        ),
+        None => format!("service level {}", rail.service_level),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,17 +383,5 @@ mod tests {
              client's RDMA path stayed up: busy; the read went over TCP: RDMA with the server \
              failed (refused)"
         );
-    }
-}
-
-/// The class a rail's queue pairs send in: what decides whether its transfers are lossless.
-fn rail_class(rail: &memkv_client::RailStats) -> String {
-    match rail.traffic_class {
-        Some(tc) => format!(
-            "traffic class {tc} (DSCP {}), service level {}",
-            tc >> 2,
-            rail.service_level
-        ),
-        None => format!("service level {}", rail.service_level),
     }
 }
