@@ -2,15 +2,14 @@
 memkv itself runs on its I/O threads (a finalizer run as memkv releases a buffer)."""
 
 import asyncio
-import subprocess
-import sys
 import textwrap
 import time
 
-import pytest
-
 import memkv
+import pytest
 from memkv.testing import MemkvServer
+
+from children import over_paused_server
 
 INTERRUPTED = textwrap.dedent(
     """
@@ -50,27 +49,10 @@ def test_ctrl_c_interrupts_a_blocking_call(how: str) -> None:
     """A call waiting on a hung server raises KeyboardInterrupt on SIGINT, as a blocking
     socket call does, rather than waiting out its deadline."""
     with MemkvServer() as srv:
-        p = subprocess.Popen(
-            [sys.executable, "-c", INTERRUPTED, srv.address, srv.auth_key, how],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert p.stdin is not None and p.stdout is not None
-        try:
-            assert p.stdout.readline().strip() == "ready"
-            srv.pause()
-            p.stdin.write("go\n")
-            p.stdin.flush()
-            out, err = p.communicate(timeout=120)
-        finally:
-            srv.resume()
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        args = [srv.address, srv.auth_key, how]
+        returncode, out, err = over_paused_server(srv, INTERRUPTED, args, timeout=120)
     assert out.strip() == "interrupted", (out, err[-2000:])
-    assert p.returncode == 0, err[-2000:]
+    assert returncode == 0, err[-2000:]
 
 
 async def test_a_blocking_call_from_a_finalizer_on_an_io_thread_works(

@@ -8,13 +8,12 @@ threads used to attach to the finalizing interpreter: PyO3 panicked (twice for a
 buffers, which aborted), or a thread ended inside Python code crashed the process.
 """
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
-
 from memkv.testing import MemkvServer
+
+from children import over_paused_server
 
 TIMEOUT_MS = 300
 
@@ -104,27 +103,9 @@ EXIT_STATUS = {"return": 0, "exit": 3, "raise": 1}
 def exit_in_flight(server: MemkvServer, case: str, how: str, teardown: str) -> str:
     """Runs the child until it exits, checks it exited cleanly; returns its stderr."""
     args = [server.address, server.auth_key, case, how, teardown]
-    p = subprocess.Popen(
-        [sys.executable, "-c", PRELUDE + CASES, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert p.stdin is not None and p.stdout is not None
-    try:
-        assert p.stdout.readline().strip() == "ready"
-        server.pause()
-        p.stdin.write("go\n")
-        p.stdin.flush()
-        # The deadline and the teardown, with room to spare; a hang fails here.
-        _, err = p.communicate(timeout=30)
-    finally:
-        server.resume()
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode == EXIT_STATUS[how], err[-3000:]
+    # The deadline and the teardown, with room to spare; a hang fails here.
+    returncode, _, err = over_paused_server(server, PRELUDE + CASES, args, timeout=30)
+    assert returncode == EXIT_STATUS[how], err[-3000:]
     assert "panicked" not in err, err[-3000:]
     assert "Fatal Python error" not in err, err[-3000:]
     if teardown == "slow":

@@ -22,24 +22,6 @@ use memkv_server::config::ServerConfig;
 const STAGING_CHUNKS: usize = 8;
 const CHUNK: usize = 1 << 20;
 
-fn rxe_devices_or_skip(test: &str) -> Option<Vec<String>> {
-    use std::io::Write;
-    if std::env::var_os("MEMKV_IN_RXE_VM").is_none() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "{test}: skipped: no RDMA device (testing/rxe-vm/run-tests runs it in the Soft-RoCE VM)"
-        );
-        return None;
-    }
-    Some(
-        std::env::var("MEMKV_RXE_DEVICES")
-            .expect("MEMKV_RXE_DEVICES in the VM")
-            .split(',')
-            .map(str::to_owned)
-            .collect(),
-    )
-}
-
 /// A fresh folder for drive files on a filesystem that takes O_DIRECT.
 fn drive_dir(name: &str) -> PathBuf {
     let dir = PathBuf::from("/run/rxe-vm").join(format!("drives-{name}-{}", std::process::id()));

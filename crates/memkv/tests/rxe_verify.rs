@@ -13,24 +13,6 @@ use memkv_server::config::ServerConfig;
 /// One test at a time: the rxe packet counters read below must count only its own traffic.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn rxe_devices_or_skip(test: &str) -> Option<Vec<String>> {
-    use std::io::Write;
-    if std::env::var_os("MEMKV_IN_RXE_VM").is_none() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "{test}: skipped: no RDMA device (testing/rxe-vm/run-tests runs it in the Soft-RoCE VM)"
-        );
-        return None;
-    }
-    Some(
-        std::env::var("MEMKV_RXE_DEVICES")
-            .expect("MEMKV_RXE_DEVICES in the VM")
-            .split(',')
-            .map(str::to_owned)
-            .collect(),
-    )
-}
-
 /// A memory-mode server on `device` at 127.0.0.1, with `rdma_extra` under `rdma:`. Its shared
 /// memory stays on (the default): a client on this host under `auto` would take it.
 async fn start(device: &str, rdma_extra: &str) -> Server {

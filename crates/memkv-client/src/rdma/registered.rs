@@ -10,8 +10,9 @@ use memkv_rdma::{LentPieces, LocalMemory};
 
 use super::batch::fallen_back;
 use super::buffer::RdmaBuffer;
+use super::path::RdmaPath;
 use super::values::Dest;
-use crate::plan::{PUT_ITEM_HEADER, Planned};
+use crate::plan::{Chunk, PUT_ITEM_HEADER, Planned};
 use crate::superseded::Superseded;
 use crate::{Client, Error, Result};
 use futures::future::join_all;
@@ -160,13 +161,7 @@ impl Client {
                 },
             ))
             .await;
-            for (chunk, results) in chunks.iter().zip(outcomes) {
-                for (&i, r) in chunk.items.iter().zip(results) {
-                    out[i] = Some(r);
-                }
-            }
-            let retry = fallen_back(rdma, &out);
-            planned.retain(|p| retry[p.index]);
+            settle(rdma, &chunks, outcomes, &mut out, &mut planned);
         }
         if !planned.is_empty() {
             let left: Vec<&[u8]> = planned.iter().map(|p| keys[p.index]).collect();
@@ -275,13 +270,7 @@ impl Client {
                     .await
             }))
             .await;
-            for (chunk, results) in chunks.iter().zip(outcomes) {
-                for (&i, r) in chunk.items.iter().zip(results) {
-                    out[i] = Some(r);
-                }
-            }
-            let retry = fallen_back(rdma, &out);
-            planned.retain(|p| retry[p.index]);
+            settle(rdma, &chunks, outcomes, &mut out, &mut planned);
         }
         if !planned.is_empty() {
             let pairs: Vec<(&[u8], &[u8])> = planned
@@ -304,6 +293,24 @@ impl Client {
             .map(|r| r.expect("every item answered"))
             .collect()
     }
+}
+
+/// Puts each chunk's results in their items' places in `out`, then keeps in `planned` only the
+/// items an RDMA failure sends over TCP.
+fn settle<T>(
+    rdma: &RdmaPath,
+    chunks: &[Chunk],
+    outcomes: Vec<Vec<Result<T>>>,
+    out: &mut [Option<Result<T>>],
+    planned: &mut Vec<Planned>,
+) {
+    for (chunk, results) in chunks.iter().zip(outcomes) {
+        for (&i, r) in chunk.items.iter().zip(results) {
+            out[i] = Some(r);
+        }
+    }
+    let retry = fallen_back(rdma, out);
+    planned.retain(|p| retry[p.index]);
 }
 
 fn keys_of<K: AsRef<[u8]>, V>(items: &[(K, V)]) -> Vec<&[u8]> {

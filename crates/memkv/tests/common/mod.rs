@@ -132,3 +132,23 @@ pub fn pattern(len: usize) -> Vec<u8> {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Inside the Soft-RoCE VM (testing/rxe-vm), its RDMA device names; outside, a skip notice on
+/// stderr (past the test harness's capture) and `None`.
+pub fn rxe_devices_or_skip(test: &str) -> Option<Vec<String>> {
+    use std::io::Write;
+    if std::env::var_os("MEMKV_IN_RXE_VM").is_none() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "{test}: skipped: no RDMA device (testing/rxe-vm/run-tests runs it in the Soft-RoCE VM)"
+        );
+        return None;
+    }
+    Some(
+        std::env::var("MEMKV_RXE_DEVICES")
+            .expect("MEMKV_RXE_DEVICES in the VM")
+            .split(',')
+            .map(str::to_owned)
+            .collect(),
+    )
+}
