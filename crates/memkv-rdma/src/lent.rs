@@ -154,15 +154,6 @@ impl SharedPieces<'_> {
 }
 
 impl<'a> LentPieces<'a> {
-    /// How many pieces the group holds.
-    pub fn len(&self) -> usize {
-        self.pieces.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.pieces.is_empty()
-    }
-
     pub fn piece(&self, i: usize) -> &[u8] {
         self.pieces[i]
     }
@@ -273,14 +264,18 @@ mod tests {
         );
     }
 
+    fn registration_of(bytes: &[u8], lkey: u32) -> Registration {
+        Registration {
+            addr: bytes.as_ptr() as u64,
+            len: bytes.len(),
+            lkey,
+        }
+    }
+
     #[test]
     fn a_piece_must_lie_inside_the_registration() {
         let buf = [0u8; 64];
-        let at = Registration {
-            addr: buf.as_ptr() as u64,
-            len: 32,
-            lkey: 1,
-        };
+        let at = registration_of(&buf[..32], 1);
         assert!(at.holds(&buf[..32]).is_ok());
         assert!(at.holds(&buf[10..20]).is_ok());
         assert!(
@@ -295,11 +290,7 @@ mod tests {
     #[test]
     fn transfers_are_planned_inside_their_own_pieces() {
         let buf = [0u8; 64];
-        let at = Registration {
-            addr: buf.as_ptr() as u64,
-            len: 64,
-            lkey: 7,
-        };
+        let at = registration_of(&buf[..64], 7);
         let t = |local_offset, len| Transfer {
             local_offset,
             len,
